@@ -1,0 +1,45 @@
+# veri — a thin index over short scripts. `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TINY_MODEL := build/models/tiny
+CLAUDE_CODE_VERSION := 2.1.332
+CLAUDE := build/node/node_modules/.bin/claude
+
+.PHONY: help venv tiny-model claude-code test bench-proxy
+
+help:
+	@echo "make venv          .venv with veri and everything the tests need (CPU torch from the local wheel)"
+	@echo "make tiny-model    the deterministic tiny test model in $(TINY_MODEL)"
+	@echo "make claude-code   Claude Code $(CLAUDE_CODE_VERSION) (npm) in build/node"
+	@echo "make test          the whole test suite"
+	@echo "make bench-proxy   capture-proxy overhead benchmark"
+
+venv: $(VENV)/.installed
+
+# torch first, pinned, so pip takes the local CPU wheel and nothing later pulls a CUDA build.
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+tiny-model: $(TINY_MODEL)/config.json
+
+$(TINY_MODEL)/config.json: | venv
+	$(BIN)/veri model tiny --out $(TINY_MODEL)
+
+claude-code: $(CLAUDE)
+
+$(CLAUDE):
+	mkdir -p build/node
+	cd build/node && npm install --no-audit --no-fund --loglevel=error @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
+
+test: venv tiny-model claude-code
+	VERI_TINY_MODEL=$(TINY_MODEL) VERI_CLAUDE_BIN=$(CLAUDE) $(BIN)/pytest -q -rs
+
+bench-proxy: venv tiny-model
+	$(BIN)/python bench/proxy_overhead.py --model $(TINY_MODEL)
+-include mk/*.mk

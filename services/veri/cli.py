@@ -1,0 +1,35 @@
+"""`veri` command line. Each service owns its subcommands in its own `cli.py` (kept import-light:
+heavy imports such as torch happen inside the command functions)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from veri.models import cli as models_cli
+from veri.policy import cli as policy_cli
+from veri.proxy import cli as proxy_cli
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="veri", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    models_cli.register(commands)
+
+    serve = commands.add_parser("serve", help="run one veri service in the foreground")
+    services = serve.add_subparsers(dest="service", required=True, metavar="SERVICE")
+    policy_cli.register_serve(services)
+    proxy_cli.register_serve(services)
+
+    proxy_cli.register_session(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

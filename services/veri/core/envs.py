@@ -1,0 +1,21 @@
+"""Every environment variable veri reads or sets, in one place (name -> meaning)."""
+
+# --- read by veri's own services -------------------------------------------------------------
+VERI_CONTROL_TOKEN = "VERI_CONTROL_TOKEN"  # bearer token for the proxy's /control routes
+VERI_HOME = "VERI_HOME"  # state folder of a running stack (control token, stores)
+
+# --- the harness contract: set inside every rollout sandbox ---------------------------------
+OPENAI_BASE_URL = "OPENAI_BASE_URL"
+OPENAI_API_KEY = "OPENAI_API_KEY"
+ANTHROPIC_BASE_URL = "ANTHROPIC_BASE_URL"
+ANTHROPIC_API_KEY = "ANTHROPIC_API_KEY"
+ANTHROPIC_AUTH_TOKEN = "ANTHROPIC_AUTH_TOKEN"
+VERI_POLICY_BASE_URL = "VERI_POLICY_BASE_URL"
+VERI_POLICY_MODEL = "VERI_POLICY_MODEL"
+VERI_TASK_INPUT = "VERI_TASK_INPUT"
+VERI_TASK = "VERI_TASK"
+VERI_TASK_INDEX = "VERI_TASK_INDEX"
+VERI_ROLLOUT_INDEX = "VERI_ROLLOUT_INDEX"
+VERI_ROLLOUT_ID = "VERI_ROLLOUT_ID"
+VERI_MAX_TURNS = "VERI_MAX_TURNS"
+VERI_OUTPUT_DIR = "VERI_OUTPUT_DIR"

@@ -1,0 +1,66 @@
+"""The token-in/token-out subset of vLLM's OpenAI-compatible `/v1/completions` API.
+
+The capture proxy speaks exactly this to the policy, whichever backend serves it: `vllm serve`
+on GPUs, or veri's embedded `hf` backend on CPU. Field names are vLLM's. `policy_version` is
+veri's addition (the hf backend returns it; for vLLM the trainer tracks it).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class CompletionRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    prompt: list[int] | list[list[int]] | str | list[str]
+    n: int = Field(default=1, ge=1)
+    max_tokens: int = Field(default=16, ge=1)
+    temperature: float = Field(default=1.0, ge=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    stop_token_ids: list[int] | None = None
+    seed: int | None = None
+    logprobs: int | None = Field(default=None, ge=0)
+    return_token_ids: bool = False
+    skip_special_tokens: bool = True
+
+
+class CompletionLogprobs(BaseModel):
+    """OpenAI completions-style logprobs (vLLM fills `tokens` as `token_id:<id>` when asked)."""
+
+    tokens: list[str] = Field(default_factory=list)
+    token_logprobs: list[float] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float]] | None = None
+    text_offset: list[int] = Field(default_factory=list)
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    token_ids: list[int] | None = None
+    prompt_token_ids: list[int] | None = None
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: Literal["stop", "length"]
+    stop_reason: int | str | None = None
+
+
+class CompletionUsage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class CompletionResponse(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: CompletionUsage
+    prompt_token_ids: list[int] | None = None
+    policy_version: int | None = None

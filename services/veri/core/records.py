@@ -1,0 +1,86 @@
+"""Records every veri service shares: spans, sessions. The one place these shapes are defined.
+
+A *span* is one model call a harness made through the capture proxy. It is written durably
+before the response goes back to the harness, so nothing the policy sampled is ever lost.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class PromptSource(StrEnum):
+    """How the proxy built a span's prompt ids."""
+
+    BRIDGED = "bridged"  # exact earlier prompt + completion ids, then the new turns' tokens
+    FULL_RENDER = "full_render"  # the whole conversation rendered afresh (first turn, or no bridge)
+
+
+class TokenFidelity(StrEnum):
+    CAPTURED = "captured"  # prompt and completion ids are exactly what the policy saw / sampled
+    ABSENT = "absent"  # ids are missing: the span cannot be trained on
+
+
+class Protocol(StrEnum):
+    OPENAI_CHAT = "openai.chat.completions"
+    OPENAI_COMPLETIONS = "openai.completions"
+    ANTHROPIC_MESSAGES = "anthropic.messages"
+
+
+class Span(BaseModel):
+    """One model call, exactly as sampled."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rollout_id: str
+    request_index: int = Field(description="0-based order of this call within its rollout")
+    path: str = Field(description="the route the harness called, e.g. /v1/chat/completions")
+    protocol: Protocol
+    request: dict[str, Any] = Field(description="the client's body, unknown fields included")
+    response: dict[str, Any] = Field(description="the full (non-streamed) response in the client's protocol")
+    messages: list[dict[str, Any]] = Field(
+        default_factory=list, description="the conversation as rendered (OpenAI-style messages)"
+    )
+    tools: list[dict[str, Any]] | None = None
+    prompt_token_ids: list[int]
+    completion_token_ids: list[int]
+    completion_logprobs: list[float]
+    finish_reason: str = Field(description="policy finish reason: stop | length")
+    policy_version: int
+    prompt_source: PromptSource
+    prompt_source_reason: str = Field(description="why this prompt source was used")
+    bridged_from: int | None = Field(
+        default=None, description="request_index of the span whose prompt+completion this prompt extends"
+    )
+    token_fidelity: TokenFidelity
+    sampling: dict[str, Any] = Field(description="the sampling parameters actually sent to the policy")
+    started_at: float = Field(description="unix time the request arrived")
+    duration_s: float
+
+
+class SessionStatus(StrEnum):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class SessionCreate(BaseModel):
+    """Body of POST /control/sessions (all optional)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rollout_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class SessionInfo(BaseModel):
+    """What the trainer (or `veri session open`) gets back for a new rollout session."""
+
+    rollout_id: str
+    api_key: str
+    openai_base_url: str
+    anthropic_base_url: str
+    status: SessionStatus = SessionStatus.OPEN
+    metadata: dict[str, Any] = Field(default_factory=dict)

