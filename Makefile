@@ -6,6 +6,9 @@ BIN := $(VENV)/bin
 TINY_MODEL := build/models/tiny
 CLAUDE_CODE_VERSION := 2.1.332
 CLAUDE := build/node/node_modules/.bin/claude
+# Extra prerequisites of `make test` that included makefiles add (e.g. docker images).
+TEST_DEPS :=
+-include mk/*.mk
 
 .PHONY: help venv tiny-model claude-code test bench-proxy
 
@@ -37,9 +40,8 @@ $(CLAUDE):
 	mkdir -p build/node
 	cd build/node && npm install --no-audit --no-fund --loglevel=error @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
 
-test: venv tiny-model claude-code
+test: venv tiny-model claude-code $(TEST_DEPS)
 	VERI_TINY_MODEL=$(TINY_MODEL) VERI_CLAUDE_BIN=$(CLAUDE) $(BIN)/pytest -q -rs
 
 bench-proxy: venv tiny-model
 	$(BIN)/python bench/proxy_overhead.py --model $(TINY_MODEL)
--include mk/*.mk
