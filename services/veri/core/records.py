@@ -45,6 +45,9 @@ class Span(BaseModel):
         default_factory=list, description="the conversation as rendered (OpenAI-style messages)"
     )
     tools: list[dict[str, Any]] | None = None
+    reply_message: dict[str, Any] = Field(
+        default_factory=dict, description="the policy's reply as an OpenAI-style assistant message"
+    )
     prompt_token_ids: list[int]
     completion_token_ids: list[int]
     completion_logprobs: list[float]

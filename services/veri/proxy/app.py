@@ -1,0 +1,77 @@
+"""Assembly of the capture proxy: `create_app(settings)` and `serve(args)`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import structlog
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import ORJSONResponse
+
+from veri.core import envs
+from veri.proxy.anthropic.api_router import router as anthropic_router
+from veri.proxy.capture import CaptureService
+from veri.proxy.control.api_router import router as control_router
+from veri.proxy.errors import ProxyError, anthropic_error_body, openai_error_body
+from veri.proxy.openai.api_router import router as openai_router
+from veri.proxy.policy_client import PolicyClient
+from veri.proxy.rendering import ChatRendering, model_name
+from veri.proxy.settings import ProxySettings
+from veri.proxy.store import SpanStore
+
+log = structlog.get_logger("veri.proxy")
+
+
+def create_app(settings: ProxySettings) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = SpanStore(settings.store_dir)
+        policy = PolicyClient(settings.policy_url, model=str(settings.model_dir), timeout_s=settings.policy_timeout_s)
+        app.state.model_name = model_name(settings)
+        app.state.capture = CaptureService(settings, store, ChatRendering(settings), policy)
+        log.info("proxy ready", policy=settings.policy_url, store=str(store.path), model=app.state.model_name)
+        yield
+        await policy.aclose()
+        store.close()
+
+    app = FastAPI(title="veri capture proxy", lifespan=lifespan, default_response_class=ORJSONResponse)
+    app.include_router(openai_router)
+    app.include_router(anthropic_router)
+    app.include_router(control_router)
+
+    @app.exception_handler(ProxyError)
+    async def proxy_error(request: Request, error: ProxyError) -> ORJSONResponse:
+        # Each protocol gets its own error shape; the Anthropic SDK reads `error.type`.
+        anthropic = "/v1/messages" in request.url.path
+        body = anthropic_error_body(error) if anthropic else openai_error_body(error)
+        log.info("request refused", path=request.url.path, status=error.status_code, reason=error.message)
+        return ORJSONResponse(body, status_code=error.status_code)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
+
+
+def settings_from_args(args: argparse.Namespace) -> ProxySettings:
+    return ProxySettings(
+        policy_url=args.policy_url,
+        model_dir=args.model,
+        renderer=args.renderer,
+        store_dir=args.store,
+        public_url=args.public_url,
+        control_token=os.environ.get(envs.VERI_CONTROL_TOKEN) or None,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_tokens=args.max_tokens,
+        max_body_bytes=args.max_body_bytes,
+    )
+
+
+def serve(args: argparse.Namespace) -> None:
+    uvicorn.run(create_app(settings_from_args(args)), host=args.host, port=args.port, log_level="warning")

@@ -1,0 +1,231 @@
+"""The capture path every chat-style route shares: prompt plan -> policy -> parsed reply -> span.
+
+Routes convert their protocol into a `ChatTurn`, call `sample`, format the reply in their own
+protocol, then `record` the span (durably) before anything is sent to the harness.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from renderers import ToolCallParseStatus
+
+from veri.core.records import PromptSource, Protocol, Span, TokenFidelity
+from veri.proxy.history import prefix_hashes
+from veri.proxy.policy_client import PolicyClient, PolicyCompletion
+from veri.proxy.rendering import ChatRendering, PromptPlan
+from veri.proxy.settings import ProxySettings
+from veri.proxy.store import SessionRow, SpanStore
+
+
+@dataclass
+class ChatTurn:
+    """A chat request in protocol-neutral form (OpenAI-style messages and tools)."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    parse_tools: bool = True  # False for tool_choice "none": tool-call text stays text
+    stop: list[str] = field(default_factory=list)
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+    input: dict[str, Any]  # parsed, as Anthropic sends it
+
+
+@dataclass
+class Sample:
+    """One policy call, parsed, not yet recorded."""
+
+    session: SessionRow
+    path: str
+    protocol: Protocol
+    raw_request: dict[str, Any]
+    turn: ChatTurn
+    plan: PromptPlan
+    completion: PolicyCompletion
+    completion_ids: list[int]
+    completion_logprobs: list[float]
+    content: str
+    reasoning: str | None
+    tool_calls: list[ToolCall]
+    finish: str  # stop | length | tool_calls | stop_sequence
+    stop_sequence: str | None
+    sampling: dict[str, Any]
+    started_at: float
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.plan.prompt_ids)
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.completion_ids)
+
+    def reply_message(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.reasoning:
+            message["reasoning_content"] = self.reasoning
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.tool_calls
+            ]
+        return message
+
+
+class CaptureService:
+    def __init__(self, settings: ProxySettings, store: SpanStore, rendering: ChatRendering, policy: PolicyClient):
+        self.settings = settings
+        self.store = store
+        self.rendering = rendering
+        self.policy = policy
+
+    def sampling_for(self, client_max_tokens: int | None) -> dict[str, Any]:
+        """The job's sampling; the client's own values are recorded but never used."""
+        cap = self.settings.max_tokens
+        return {
+            "temperature": self.settings.temperature,
+            "top_p": self.settings.top_p,
+            "max_tokens": min(client_max_tokens, cap) if client_max_tokens else cap,
+        }
+
+    async def sample(
+        self,
+        session: SessionRow,
+        turn: ChatTurn,
+        *,
+        path: str,
+        protocol: Protocol,
+        raw_request: dict[str, Any],
+        tool_id_prefix: str,
+    ) -> Sample:
+        started_at = time.time()
+        plan = self.rendering.plan_prompt(self.store, session.rollout_id, turn.messages, turn.tools)
+        sampling = self.sampling_for(turn.max_tokens)
+        completion = await self.policy.complete(
+            plan.prompt_ids, stop_token_ids=self.rendering.stop_token_ids, **sampling
+        )
+        ids, logprobs, stop_sequence = self._apply_stop_sequences(completion, turn.stop)
+        parsed = self.rendering.parse(ids, turn.tools if turn.parse_tools else None, plan.prompt_ids)
+        content, calls = self._split_tool_calls(parsed, turn.parse_tools, tool_id_prefix)
+        if stop_sequence is not None:
+            finish = "stop_sequence"
+        elif completion.finish_reason == "length":
+            finish = "length"
+        else:
+            finish = "tool_calls" if calls else "stop"
+        return Sample(
+            session=session, path=path, protocol=protocol, raw_request=raw_request, turn=turn, plan=plan,
+            completion=completion, completion_ids=ids, completion_logprobs=logprobs, content=content,
+            reasoning=parsed.reasoning_content or None, tool_calls=calls, finish=finish,
+            stop_sequence=stop_sequence, sampling={**sampling, "stop_token_ids": self.rendering.stop_token_ids},
+            started_at=started_at,
+        )
+
+    def record(self, sample: Sample, response: dict[str, Any]) -> Span:
+        """Store the span durably. Must happen before the response reaches the harness."""
+        reply = sample.reply_message()
+        span = Span(
+            rollout_id=sample.session.rollout_id,
+            request_index=-1,  # assigned by the store
+            path=sample.path,
+            protocol=sample.protocol,
+            request=sample.raw_request,
+            response=response,
+            messages=sample.turn.messages,
+            tools=sample.turn.tools,
+            reply_message=reply,
+            prompt_token_ids=sample.plan.prompt_ids,
+            completion_token_ids=sample.completion_ids,
+            completion_logprobs=sample.completion_logprobs,
+            finish_reason=sample.completion.finish_reason,
+            policy_version=sample.completion.policy_version,
+            prompt_source=sample.plan.source,
+            prompt_source_reason=sample.plan.reason,
+            bridged_from=sample.plan.bridged_from,
+            token_fidelity=TokenFidelity.CAPTURED,
+            sampling=sample.sampling,
+            started_at=sample.started_at,
+            duration_s=time.time() - sample.started_at,
+        )
+        key = prefix_hashes(sample.turn.tools, [*sample.turn.messages, reply])[-1]
+        return self.store.add_span(span, prefix_hash=key, n_messages=len(sample.turn.messages) + 1)
+
+    async def complete_raw(
+        self, session: SessionRow, prompt_ids: list[int], client_max_tokens: int | None,
+        *, path: str, raw_request: dict[str, Any],
+    ) -> tuple[PolicyCompletion, dict[str, Any], float]:
+        """Legacy completions: the client's prompt ids go to the policy as they are."""
+        started_at = time.time()
+        sampling = self.sampling_for(client_max_tokens)
+        completion = await self.policy.complete(prompt_ids, stop_token_ids=self.rendering.stop_token_ids, **sampling)
+        return completion, {**sampling, "stop_token_ids": self.rendering.stop_token_ids}, started_at
+
+    def record_raw(
+        self, session: SessionRow, prompt_ids: list[int], completion: PolicyCompletion, sampling: dict[str, Any],
+        started_at: float, *, path: str, raw_request: dict[str, Any], response: dict[str, Any],
+    ) -> Span:
+        span = Span(
+            rollout_id=session.rollout_id, request_index=-1, path=path, protocol=Protocol.OPENAI_COMPLETIONS,
+            request=raw_request, response=response, prompt_token_ids=prompt_ids,
+            completion_token_ids=completion.token_ids, completion_logprobs=completion.logprobs,
+            finish_reason=completion.finish_reason, policy_version=completion.policy_version,
+            prompt_source=PromptSource.FULL_RENDER, prompt_source_reason="raw completion prompt (no chat template)",
+            token_fidelity=TokenFidelity.CAPTURED, sampling=sampling, started_at=started_at,
+            duration_s=time.time() - started_at,
+            reply_message={"role": "assistant", "content": self.rendering.decode(completion.token_ids)},
+        )
+        return self.store.add_span(span, prefix_hash=f"raw-{uuid.uuid4().hex}", n_messages=0)
+
+    def _apply_stop_sequences(
+        self, completion: PolicyCompletion, stops: list[str]
+    ) -> tuple[list[int], list[float], str | None]:
+        """Cut the completion after the first token that completes a stop sequence.
+
+        The kept ids are an exact prefix of what was sampled, so they stay trainable.
+        """
+        ids = completion.token_ids
+        if not stops:
+            return ids, completion.logprobs, None
+        text = self.rendering.decode(ids)
+        hits = [(text.find(stop), stop) for stop in stops if stop and stop in text]
+        if not hits:
+            return ids, completion.logprobs, None
+        position, stop = min(hits)
+        needed = position + len(stop)
+        low, high = 1, len(ids)
+        while low < high:  # shortest prefix whose text reaches the end of the stop sequence
+            middle = (low + high) // 2
+            if len(self.rendering.decode(ids[:middle])) >= needed:
+                high = middle
+            else:
+                low = middle + 1
+        return ids[:low], completion.logprobs[:low], stop
+
+    @staticmethod
+    def _split_tool_calls(parsed: Any, parse_tools: bool, id_prefix: str) -> tuple[str, list[ToolCall]]:
+        content = parsed.content or ""
+        calls: list[ToolCall] = []
+        for attempt in parsed.tool_calls:
+            if not parse_tools or attempt.status != ToolCallParseStatus.OK or not isinstance(attempt.arguments, dict):
+                # Malformed calls (or any call under tool_choice "none") reach the harness as the text written.
+                content = f"{content}\n{attempt.raw}" if content else attempt.raw
+                continue
+            calls.append(
+                ToolCall(
+                    id=f"{id_prefix}{uuid.uuid4().hex[:24]}",
+                    name=attempt.name or "",
+                    arguments=json.dumps(attempt.arguments, ensure_ascii=False),
+                    input=attempt.arguments,
+                )
+            )
+        return content, calls

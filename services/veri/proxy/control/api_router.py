@@ -1,0 +1,68 @@
+"""Control routes (trainer / `veri session`): open, inspect and close rollout sessions.
+
+They need the stack's control token; a proxy started without one accepts loopback clients only.
+Sandboxes never see the token and never reach these routes through the policy URLs.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+
+from fastapi import APIRouter, Depends, Request
+
+from veri.core.records import SessionCreate, SessionInfo, Span
+from veri.proxy.deps import capture_service, parse_body
+from veri.proxy.errors import ControlUnauthorized
+from veri.proxy.requests import read_json_body
+from veri.proxy.store import SessionRow
+
+
+def require_control(request: Request) -> None:
+    token = capture_service(request).settings.control_token
+    if token:
+        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(presented.strip(), token):
+            raise ControlUnauthorized("control routes need the stack's control token (Authorization: Bearer ...)")
+        return
+    host = request.client.host if request.client else ""
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ControlUnauthorized("no control token is configured: control routes accept loopback clients only; "
+                                  "set VERI_CONTROL_TOKEN to allow remote trainers")
+
+
+router = APIRouter(prefix="/control", dependencies=[Depends(require_control)])
+
+
+def _info(request: Request, row: SessionRow) -> SessionInfo:
+    base = capture_service(request).settings.public_url or str(request.base_url).rstrip("/")
+    rollout_base = f"{base}/r/{row.rollout_id}"
+    return SessionInfo(rollout_id=row.rollout_id, api_key=row.api_key, openai_base_url=f"{rollout_base}/v1",
+                       anthropic_base_url=rollout_base, status=row.status, metadata=row.metadata)
+
+
+@router.post("/sessions")
+async def open_session(request: Request) -> SessionInfo:
+    capture = capture_service(request)
+    raw = await read_json_body(request, capture.settings.max_body_bytes) if await request.body() else {}
+    create = parse_body(SessionCreate, raw)
+    return _info(request, capture.store.open_session(create.rollout_id, create.metadata))
+
+
+@router.get("/sessions/{rollout_id}")
+async def get_session(rollout_id: str, request: Request) -> SessionInfo:
+    return _info(request, capture_service(request).store.get_session(rollout_id))
+
+
+@router.get("/sessions/{rollout_id}/spans")
+async def session_spans(rollout_id: str, request: Request) -> list[Span]:
+    return capture_service(request).store.spans(rollout_id)
+
+
+@router.post("/sessions/{rollout_id}/close")
+async def close_session(rollout_id: str, request: Request) -> SessionInfo:
+    return _info(request, capture_service(request).store.close_session(rollout_id))

@@ -1,0 +1,94 @@
+"""The proxy's exceptions and the one mapping from each to an HTTP status.
+
+    ProxyError
+    ├── ClientError (4xx: the harness sent something we refuse)
+    │   ├── InvalidRequest          400  malformed body / schema
+    │   ├── UnsupportedContent      400  image / document / audio blocks
+    │   ├── InvalidApiKey           401  not this rollout's key
+    │   ├── ControlUnauthorized     401  missing / wrong control token
+    │   ├── UnknownRollout          404
+    │   ├── SessionClosed           409
+    │   └── BodyTooLarge            413
+    └── ServerError (5xx)
+        ├── PolicyUnavailable       503  policy down or erroring; no span is recorded
+        └── CaptureFailed           500  the span could not be stored; the response is withheld
+
+Routes translate these into each protocol's own error body (see openai/ and anthropic/).
+"""
+
+from __future__ import annotations
+
+
+class ProxyError(Exception):
+    status_code = 500
+    openai_type = "server_error"
+    anthropic_type = "api_error"
+
+    def __init__(self, message: str, *, param: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class ClientError(ProxyError):
+    status_code = 400
+    openai_type = "invalid_request_error"
+    anthropic_type = "invalid_request_error"
+
+
+class InvalidRequest(ClientError):
+    pass
+
+
+class UnsupportedContent(ClientError):
+    pass
+
+
+class InvalidApiKey(ClientError):
+    status_code = 401
+    openai_type = "authentication_error"
+    anthropic_type = "authentication_error"
+
+
+class ControlUnauthorized(InvalidApiKey):
+    pass
+
+
+class UnknownRollout(ClientError):
+    status_code = 404
+    openai_type = "not_found_error"
+    anthropic_type = "not_found_error"
+
+
+class SessionClosed(ClientError):
+    status_code = 409
+    openai_type = "conflict_error"
+    anthropic_type = "invalid_request_error"
+
+
+class BodyTooLarge(ClientError):
+    status_code = 413
+    openai_type = "invalid_request_error"
+    anthropic_type = "request_too_large"
+
+
+class ServerError(ProxyError):
+    pass
+
+
+class PolicyUnavailable(ServerError):
+    status_code = 503
+    openai_type = "service_unavailable"
+    anthropic_type = "overloaded_error"
+
+
+class CaptureFailed(ServerError):
+    status_code = 500
+
+
+def openai_error_body(error: ProxyError) -> dict:
+    return {"error": {"message": error.message, "type": error.openai_type, "param": error.param, "code": None}}
+
+
+def anthropic_error_body(error: ProxyError) -> dict:
+    return {"type": "error", "error": {"type": error.anthropic_type, "message": error.message}}

@@ -1,0 +1,68 @@
+"""Recognising a continued conversation: canonical messages and prefix hashes.
+
+A call *continues* an earlier call of the same rollout when its messages start with that call's
+messages followed by the reply the proxy returned (as the client echoes it back). Clients echo
+replies in their own shapes (OpenAI SDK objects, Anthropic content blocks, whitespace trimmed,
+arguments re-serialised), so messages are compared in a canonical form that keeps exactly what
+the chat template renders and drops what it does not (ids, cache hints, reasoning the client
+may or may not send back — the sampled reasoning is kept verbatim in the bridged ids anyway).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import orjson
+
+
+def content_text(content: Any) -> str:
+    """Text of a message's content: a string, or the text parts of a list."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text")
+
+
+def _arguments(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def canonical_message(message: dict[str, Any]) -> dict[str, Any]:
+    canonical: dict[str, Any] = {"role": message["role"], "content": content_text(message.get("content")).strip()}
+    calls = message.get("tool_calls") or []
+    if calls:
+        canonical["tool_calls"] = [
+            {"name": (call.get("function") or call).get("name"), "arguments": _arguments((call.get("function") or call).get("arguments"))}
+            for call in calls
+        ]
+    return canonical
+
+
+def prefix_hashes(tools: list[dict[str, Any]] | None, messages: list[dict[str, Any]]) -> list[str]:
+    """hashes[k-1] identifies (tools, messages[:k]) for k = 1..len(messages)."""
+    digest = hashlib.blake2b(orjson.dumps(tools or [], option=orjson.OPT_SORT_KEYS), digest_size=16)
+    hashes = []
+    for message in messages:
+        digest.update(orjson.dumps(canonical_message(message), option=orjson.OPT_SORT_KEYS))
+        hashes.append(digest.copy().hexdigest())
+    return hashes
+
+
+def first_difference(earlier: list[dict[str, Any]], later: list[dict[str, Any]]) -> str:
+    """Human explanation of where `later` stops extending `earlier`."""
+    for index, (old, new) in enumerate(zip(earlier, later)):
+        old_c, new_c = canonical_message(old), canonical_message(new)
+        if old_c != new_c:
+            keys = [key for key in ("role", "content", "tool_calls") if old_c.get(key) != new_c.get(key)]
+            return f"message {index} ({old_c['role']}) differs in {', '.join(keys)}"
+    if len(later) <= len(earlier):
+        return f"the request has {len(later)} messages, fewer than the {len(earlier)} already sampled"
+    return "the tools or chat-template settings differ"

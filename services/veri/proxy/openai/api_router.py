@@ -1,0 +1,74 @@
+"""OpenAI routes under /r/{rollout_id}/v1: chat completions, completions, models."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import ORJSONResponse, StreamingResponse
+
+from veri.core.records import Protocol
+from veri.proxy.capture import CaptureService
+from veri.proxy.deps import capture_service, parse_body, served_model
+from veri.proxy.errors import InvalidRequest
+from veri.proxy.openai import serving
+from veri.proxy.openai.protocol import ChatCompletionRequest, CompletionRequest
+from veri.proxy.requests import presented_key, read_json_body
+
+router = APIRouter(prefix="/r/{rollout_id}/v1")
+
+
+@router.post("/chat/completions")
+async def chat_completions(rollout_id: str, request: Request):
+    capture = capture_service(request)
+    session = capture.store.authorize(rollout_id, presented_key(request))
+    body = await read_json_body(request, capture.settings.max_body_bytes)
+    parsed = parse_body(ChatCompletionRequest, body)
+    sample = await capture.sample(
+        session, serving.to_chat_turn(parsed), path="/v1/chat/completions", protocol=Protocol.OPENAI_CHAT,
+        raw_request=body, tool_id_prefix="call_",
+    )
+    response = serving.chat_response(sample, served_model(request))
+    capture.record(sample, response)
+    if parsed.stream:
+        include_usage = bool((parsed.stream_options or {}).get("include_usage"))
+        return StreamingResponse(serving.chat_stream(response, sample, include_usage), media_type="text/event-stream")
+    return ORJSONResponse(response)
+
+
+@router.post("/completions")
+async def completions(rollout_id: str, request: Request):
+    capture = capture_service(request)
+    session = capture.store.authorize(rollout_id, presented_key(request))
+    body = await read_json_body(request, capture.settings.max_body_bytes)
+    parsed = parse_body(CompletionRequest, body)
+    prompt_ids = _prompt_ids(capture, parsed.prompt)
+    completion, sampling, started_at = await capture.complete_raw(
+        session, prompt_ids, parsed.max_tokens, path="/v1/completions", raw_request=body
+    )
+    text = capture.rendering.decode(completion.token_ids)
+    response = serving.completion_response(
+        text, completion.finish_reason, len(prompt_ids), len(completion.token_ids), served_model(request)
+    )
+    capture.record_raw(session, prompt_ids, completion, sampling, started_at,
+                       path="/v1/completions", raw_request=body, response=response)
+    if parsed.stream:
+        include_usage = bool((parsed.stream_options or {}).get("include_usage"))
+        return StreamingResponse(serving.completion_stream(response, include_usage), media_type="text/event-stream")
+    return ORJSONResponse(response)
+
+
+@router.get("/models")
+async def models(rollout_id: str, request: Request):
+    capture = capture_service(request)
+    capture.store.authorize(rollout_id, presented_key(request))
+    model = served_model(request)
+    return {"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "veri"}]}
+
+
+def _prompt_ids(capture: CaptureService, prompt: str | list) -> list[int]:
+    if isinstance(prompt, str):
+        return capture.rendering.encode(prompt)
+    if prompt and all(isinstance(token, int) for token in prompt):
+        return list(prompt)
+    if len(prompt) == 1:  # a batch of one
+        return _prompt_ids(capture, prompt[0])
+    raise InvalidRequest("prompt must be one string or one list of token ids (one prompt per call)", param="prompt")

@@ -1,0 +1,109 @@
+"""Messages + tools -> prompt token ids, and completion ids -> a parsed reply, via `renderers`.
+
+A call that continues a conversation this rollout already had is *bridged*: the prompt is the
+earlier call's exact prompt + completion ids, extended by the renderer with the new turns. The
+model then sees, and the trainer trains on, exactly what was sampled. Anything else is a full
+render, and the span records why.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import renderers
+from renderers.configs import config_from_name
+from transformers import AutoTokenizer
+
+from veri.core.records import PromptSource
+from veri.proxy.history import first_difference, prefix_hashes
+from veri.proxy.settings import ProxySettings
+from veri.proxy.store import SpanStore
+
+MODEL_HINT_FILE = "veri.json"  # written by `veri model ...`: {"renderer": "<renderers name>"}
+
+
+@dataclass(frozen=True)
+class PromptPlan:
+    prompt_ids: list[int]
+    source: PromptSource
+    reason: str
+    bridged_from: int | None
+
+
+def resolve_renderer_name(settings: ProxySettings) -> str:
+    if settings.renderer != "auto":
+        return settings.renderer
+    hint = settings.model_dir / MODEL_HINT_FILE
+    if hint.exists():
+        return json.loads(hint.read_text())["renderer"]
+    return "auto"
+
+
+def load_renderer(settings: ProxySettings) -> tuple[Any, renderers.Renderer]:
+    tokenizer = AutoTokenizer.from_pretrained(str(settings.model_dir))
+    name = resolve_renderer_name(settings)
+    config = config_from_name(name)
+    if config is not None and name != "default" and settings.thinking_retention:
+        config = type(config)(thinking_retention=settings.thinking_retention)
+    renderer = renderers.create_renderer(tokenizer, config, chat_template_kwargs=settings.chat_template_kwargs or None)
+    return tokenizer, renderer
+
+
+class ChatRendering:
+    """Owns the tokenizer and renderer of the served model."""
+
+    def __init__(self, settings: ProxySettings):
+        self.tokenizer, self.renderer = load_renderer(settings)
+        self.stop_token_ids: list[int] = list(self.renderer.get_stop_token_ids())
+
+    def plan_prompt(
+        self, store: SpanStore, rollout_id: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> PromptPlan:
+        """The prompt for this call: bridged from an earlier call when it continues one."""
+        hashes = prefix_hashes(tools, messages)
+        prior = store.find_prior_turn(rollout_id, hashes[:-1]) if len(messages) > 1 else None
+        if prior is not None:
+            new_messages = messages[prior.n_messages :]
+            bridged = self.renderer.bridge_to_next_turn(
+                prior.prompt_ids, prior.completion_ids, new_messages, tools=tools
+            )
+            if bridged is not None:
+                plan = PromptPlan(
+                    list(bridged.token_ids),
+                    PromptSource.BRIDGED,
+                    f"extends span {prior.request_index} with {len(new_messages)} new message(s)",
+                    prior.request_index,
+                )
+                return plan
+            reason = f"continues span {prior.request_index} but the renderer cannot bridge these new messages"
+        else:
+            reason = self._why_not_continued(store, rollout_id, messages)
+        ids = self.renderer.render_ids(messages, tools=tools, add_generation_prompt=True)
+        return PromptPlan(list(ids), PromptSource.FULL_RENDER, reason, None)
+
+    @staticmethod
+    def _why_not_continued(store: SpanStore, rollout_id: str, messages: list[dict[str, Any]]) -> str:
+        latest = store.latest_span_messages(rollout_id)
+        if latest is None:
+            return "first call of this rollout"
+        index, earlier = latest
+        return f"history rewritten: does not extend span {index}: {first_difference(earlier, messages)}"
+
+    def parse(self, completion_ids: list[int], tools: list[dict[str, Any]] | None, prompt_ids: list[int]):
+        return self.renderer.parse_response(completion_ids, tools=tools, prompt_ids=prompt_ids)
+
+    def count_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
+        return len(self.renderer.render_ids(messages, tools=tools, add_generation_prompt=True))
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def model_name(settings: ProxySettings) -> str:
+    return settings.served_model_name or Path(settings.model_dir).name

@@ -1,0 +1,39 @@
+"""Typed configuration of the capture proxy (CLI flags or VERI_PROXY_* environment variables)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ProxySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="VERI_PROXY_", extra="forbid")
+
+    policy_url: str = Field(description="base URL of the policy server (vLLM or veri's hf backend)")
+    model_dir: Path = Field(description="model folder: tokenizer, chat template, optional veri.json hint")
+    served_model_name: str | None = Field(default=None, description="model name sent to the policy")
+    renderer: str = Field(default="auto", description="renderers name (qwen3, default, ...) or auto")
+    thinking_retention: str | None = Field(
+        default="all",
+        description="renderers bridge policy; 'all' keeps every sampled token in later prompts",
+    )
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict, description="e.g. enable_thinking")
+    store_dir: Path = Path("build/spans")
+    public_url: str | None = Field(default=None, description="base URL harnesses use to reach the proxy")
+    control_token: str | None = Field(
+        default=None, description="bearer token for /control (None: loopback clients only)"
+    )
+    # Sampling comes from the job, never from the harness: the trainer must know what was sampled.
+    temperature: float = Field(default=1.0, ge=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(default=1024, ge=1, description="cap on completion tokens per model call")
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    policy_timeout_s: float = Field(default=600.0, gt=0)
+
+    @field_validator("policy_url", "public_url")
+    @classmethod
+    def _strip_slash(cls, value: str | None) -> str | None:
+        return value.rstrip("/") if value else value

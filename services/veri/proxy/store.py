@@ -1,0 +1,208 @@
+"""Durable span store (SQLite, WAL): sessions, spans, and the ids later turns bridge from.
+
+Everything the proxy knows about a rollout lives here, not in a process's memory, so the proxy
+can run as several workers and survives restarts. A span is committed before its response is
+sent (WAL + synchronous=NORMAL survives a process crash, which is the failure we guard against).
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+import threading
+import time
+import uuid
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from veri.core.records import SessionStatus, Span
+from veri.proxy.errors import CaptureFailed, InvalidApiKey, InvalidRequest, SessionClosed, UnknownRollout
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    rollout_id TEXT PRIMARY KEY,
+    api_key TEXT NOT NULL,
+    status TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    closed_at REAL
+);
+CREATE TABLE IF NOT EXISTS spans (
+    rollout_id TEXT NOT NULL,
+    request_index INTEGER NOT NULL,
+    span TEXT NOT NULL,
+    prefix_hash TEXT NOT NULL,      -- hash of (tools, messages..., this call's assistant reply)
+    n_messages INTEGER NOT NULL,    -- messages in that prefix
+    prompt_ids BLOB NOT NULL,
+    completion_ids BLOB NOT NULL,
+    PRIMARY KEY (rollout_id, request_index)
+);
+CREATE INDEX IF NOT EXISTS spans_by_prefix ON spans (rollout_id, prefix_hash);
+"""
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    rollout_id: str
+    api_key: str
+    status: SessionStatus
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PriorTurn:
+    """What a later call needs from an earlier one to bridge: its exact ids."""
+
+    request_index: int
+    n_messages: int
+    prompt_ids: list[int]
+    completion_ids: list[int]
+
+
+def _pack(ids: list[int]) -> bytes:
+    return array("i", ids).tobytes()
+
+
+def _unpack(blob: bytes) -> list[int]:
+    ids = array("i")
+    ids.frombytes(blob)
+    return ids.tolist()
+
+
+class SpanStore:
+    def __init__(self, folder: Path):
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / "spans.sqlite"
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # --- sessions ---------------------------------------------------------------------------
+
+    def open_session(self, rollout_id: str | None, metadata: dict[str, Any]) -> SessionRow:
+        row = SessionRow(
+            rollout_id=rollout_id or f"r-{uuid.uuid4().hex[:16]}",
+            api_key=f"veri-{secrets.token_urlsafe(24)}",
+            status=SessionStatus.OPEN,
+            metadata=metadata,
+        )
+        with self._lock:
+            try:
+                self._db.execute(
+                    "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, NULL)",
+                    (row.rollout_id, row.api_key, row.status.value, orjson.dumps(metadata).decode(), time.time()),
+                )
+            except sqlite3.IntegrityError:
+                raise InvalidRequest(f"rollout_id {row.rollout_id!r} already exists; omit it to get a fresh one")
+        return row
+
+    def get_session(self, rollout_id: str) -> SessionRow:
+        with self._lock:
+            found = self._db.execute(
+                "SELECT rollout_id, api_key, status, metadata FROM sessions WHERE rollout_id = ?", (rollout_id,)
+            ).fetchone()
+        if found is None:
+            raise UnknownRollout(f"unknown rollout {rollout_id!r}: open a session first (POST /control/sessions)")
+        return SessionRow(found[0], found[1], SessionStatus(found[2]), orjson.loads(found[3]))
+
+    def authorize(self, rollout_id: str, presented_key: str | None) -> SessionRow:
+        """The session, if `presented_key` is its key and it is still open."""
+        session = self.get_session(rollout_id)
+        if presented_key is None or not secrets.compare_digest(presented_key, session.api_key):
+            raise InvalidApiKey(f"wrong API key for rollout {rollout_id!r}: use the key this rollout was given")
+        if session.status is SessionStatus.CLOSED:
+            raise SessionClosed(f"rollout {rollout_id!r} is closed: its spans are final, open a new session")
+        return session
+
+    def close_session(self, rollout_id: str) -> SessionRow:
+        self.get_session(rollout_id)
+        with self._lock:
+            self._db.execute(
+                "UPDATE sessions SET status = ?, closed_at = ? WHERE rollout_id = ?",
+                (SessionStatus.CLOSED.value, time.time(), rollout_id),
+            )
+        return self.get_session(rollout_id)
+
+    # --- spans ------------------------------------------------------------------------------
+
+    def add_span(self, span: Span, *, prefix_hash: str, n_messages: int) -> Span:
+        """Assign the next request_index and commit the span. Returns the stored span."""
+        try:
+            with self._lock:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    (next_index,) = self._db.execute(
+                        "SELECT COALESCE(MAX(request_index) + 1, 0) FROM spans WHERE rollout_id = ?",
+                        (span.rollout_id,),
+                    ).fetchone()
+                    span.request_index = next_index
+                    self._db.execute(
+                        "INSERT INTO spans VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            span.rollout_id,
+                            next_index,
+                            orjson.dumps(span.model_dump(mode="json")).decode(),
+                            prefix_hash,
+                            n_messages,
+                            _pack(span.prompt_token_ids),
+                            _pack(span.completion_token_ids),
+                        ),
+                    )
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+        except sqlite3.Error as exc:
+            raise CaptureFailed(f"could not store the span ({exc}); the response was withheld") from exc
+        return span
+
+    def spans(self, rollout_id: str) -> list[Span]:
+        self.get_session(rollout_id)
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT span FROM spans WHERE rollout_id = ? ORDER BY request_index", (rollout_id,)
+            ).fetchall()
+        return [Span.model_validate(orjson.loads(row[0])) for row in rows]
+
+    def find_prior_turn(self, rollout_id: str, prefix_hashes: list[str]) -> PriorTurn | None:
+        """The latest span whose (messages + reply) equals the longest of the given prefixes."""
+        if not prefix_hashes:
+            return None
+        marks = ",".join("?" * len(prefix_hashes))
+        with self._lock:
+            found = self._db.execute(
+                f"SELECT request_index, n_messages, prompt_ids, completion_ids FROM spans "
+                f"WHERE rollout_id = ? AND prefix_hash IN ({marks}) "
+                f"ORDER BY n_messages DESC, request_index DESC LIMIT 1",
+                (rollout_id, *prefix_hashes),
+            ).fetchone()
+        if found is None:
+            return None
+        return PriorTurn(found[0], found[1], _unpack(found[2]), _unpack(found[3]))
+
+    def latest_span_messages(self, rollout_id: str) -> tuple[int, list[dict[str, Any]]] | None:
+        """(request_index, messages + assistant reply) of the latest span, for diagnostics."""
+        with self._lock:
+            found = self._db.execute(
+                "SELECT request_index, span FROM spans WHERE rollout_id = ? ORDER BY request_index DESC LIMIT 1",
+                (rollout_id,),
+            ).fetchone()
+        if found is None:
+            return None
+        span = orjson.loads(found[1])
+        return found[0], [*span["messages"], span["reply_message"]]
+
+    def count_spans(self, rollout_id: str) -> int:
+        with self._lock:
+            (count,) = self._db.execute("SELECT COUNT(*) FROM spans WHERE rollout_id = ?", (rollout_id,)).fetchone()
+        return count
