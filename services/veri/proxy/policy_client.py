@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import httpx
+import orjson
 
 from veri.core.policy_api import CompletionRequest, CompletionResponse
 from veri.proxy.errors import InvalidRequest, PolicyUnavailable
@@ -46,7 +47,11 @@ class PolicyClient:
             skip_special_tokens=False,
         )
         try:
-            reply = await self._http.post("/v1/completions", json=request.model_dump(exclude_none=True))
+            reply = await self._http.post(
+                "/v1/completions",
+                content=orjson.dumps(request.model_dump(exclude_none=True)),  # stdlib json is slow on 8k ids
+                headers={"content-type": "application/json"},
+            )
         except httpx.HTTPError as exc:
             raise PolicyUnavailable(f"policy server at {self.base_url} unreachable ({exc!r}); is it running?") from exc
         if 400 <= reply.status_code < 500:

@@ -9,6 +9,7 @@ render, and the span records why.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,9 +56,12 @@ def load_renderer(settings: ProxySettings) -> tuple[Any, renderers.Renderer]:
 class ChatRendering:
     """Owns the tokenizer and renderer of the served model."""
 
-    def __init__(self, settings: ProxySettings):
+    def __init__(self, settings: ProxySettings, *, cache_size: int = 256):
         self.tokenizer, self.renderer = load_renderer(settings)
         self.stop_token_ids: list[int] = list(self.renderer.get_stop_token_ids())
+        # The N rollouts of a GRPO group open with the same conversation: render it once.
+        self._full_renders: OrderedDict[str, list[int]] = OrderedDict()
+        self._cache_size = cache_size
 
     def plan_prompt(
         self, store: SpanStore, rollout_id: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
@@ -81,8 +85,18 @@ class ChatRendering:
             reason = f"continues span {prior.request_index} but the renderer cannot bridge these new messages"
         else:
             reason = self._why_not_continued(store, rollout_id, messages)
-        ids = self.renderer.render_ids(messages, tools=tools, add_generation_prompt=True)
-        return PromptPlan(list(ids), PromptSource.FULL_RENDER, reason, None)
+        return PromptPlan(self._full_render(hashes[-1], messages, tools), PromptSource.FULL_RENDER, reason, None)
+
+    def _full_render(self, key: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+        ids = self._full_renders.get(key)
+        if ids is None:
+            ids = list(self.renderer.render_ids(messages, tools=tools, add_generation_prompt=True))
+            self._full_renders[key] = ids
+            if len(self._full_renders) > self._cache_size:
+                self._full_renders.popitem(last=False)
+        else:
+            self._full_renders.move_to_end(key)
+        return list(ids)
 
     @staticmethod
     def _why_not_continued(store: SpanStore, rollout_id: str, messages: list[dict[str, Any]]) -> str:

@@ -1,0 +1,87 @@
+"""Proxy fixtures: a real policy server (test-only scripted replies, so the random tiny model
+makes the tool calls a test needs) and a real capture proxy in front of it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.servers import RunningServer, start_server
+from veri.core.records import SessionInfo
+from veri.proxy.control_client import ControlClient
+
+# Each rule: when the text of the prompt's last user turn contains `if_last_user_turn_contains`,
+# the policy is teacher-forced to `reply` (logprobs stay the model's own for those tokens).
+SCRIPT = [
+    {"if_last_user_turn_contains": "rainy in London", "reply": "Paris is sunny and London is rainy."},
+    {"if_last_user_turn_contains": "sunny in Paris",
+     "reply": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "London"}}\n</tool_call>'},
+    {"if_last_user_turn_contains": "weather in Paris and London",
+     "reply": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'},
+    {"if_last_user_turn_contains": "say stop", "reply": "Hello STOP world"},
+    {"if_last_user_turn_contains": "veri-tool-ok",
+     "reply": "The command printed veri-tool-ok."},
+    {"if_last_user_turn_contains": "Run the shell command that prints the marker",
+     "reply": '<tool_call>\n{"name": "Bash", "arguments": {"command": "echo veri-tool-ok", '
+              '"description": "Print a marker"}}\n</tool_call>'},
+]
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def fake_weather(city: str) -> str:
+    return {"Paris": "sunny in Paris", "London": "rainy in London"}[city]
+
+
+@pytest.fixture(scope="session")
+def script_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("policy") / "script.json"
+    path.write_text(json.dumps(SCRIPT))
+    return path
+
+
+@pytest.fixture(scope="session")
+def scripted_policy(tiny_model: Path, script_file: Path) -> Iterator[RunningServer]:
+    with start_server(["serve", "policy", "--model", str(tiny_model), "--scripted-replies", str(script_file)]) as server:
+        yield server
+
+
+def proxy_args(policy_url: str, model: Path, store: Path, *extra: str) -> list[str]:
+    return ["serve", "proxy", "--policy-url", policy_url, "--model", str(model), "--store", str(store),
+            "--max-tokens", "48", *extra]
+
+
+@pytest.fixture(scope="session")
+def proxy(scripted_policy: RunningServer, tiny_model: Path, tmp_path_factory) -> Iterator[RunningServer]:
+    store = tmp_path_factory.mktemp("spans")
+    with start_server(proxy_args(scripted_policy.url, tiny_model, store)) as server:
+        yield server
+
+
+@pytest.fixture
+def control(proxy: RunningServer) -> ControlClient:
+    return ControlClient(proxy.url)
+
+
+@pytest.fixture
+def session(control: ControlClient) -> SessionInfo:
+    return control.open_session()
+
+
+def assert_bridged_chain(spans) -> None:
+    """Every later turn's prompt starts with the exact earlier prompt + completion ids."""
+    for earlier, later in zip(spans, spans[1:]):
+        prefix = earlier.prompt_token_ids + earlier.completion_token_ids
+        assert later.prompt_token_ids[: len(prefix)] == prefix
+        assert later.prompt_source == "bridged", later.prompt_source_reason
+        assert later.bridged_from == earlier.request_index
