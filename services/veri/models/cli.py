@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -29,5 +30,9 @@ def _tiny(args: argparse.Namespace) -> int:
 def _smollm2(args: argparse.Namespace) -> int:
     from veri.models.smollm2 import convert_smollm2
 
-    print(convert_smollm2(args.out))
+    try:
+        print(convert_smollm2(args.out))
+    except ModuleNotFoundError as missing:
+        print(f"veri model smollm2: {missing}", file=sys.stderr)
+        return 2
     return 0
