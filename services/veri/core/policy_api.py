@@ -26,6 +26,8 @@ class CompletionRequest(BaseModel):
     logprobs: int | None = Field(default=None, ge=0)
     return_token_ids: bool = False
     skip_special_tokens: bool = True
+    ignore_eos: bool = False
+    return_tokens_as_token_ids: bool = False  # logprobs `tokens` / `top_logprobs` keys as "token_id:<id>"
 
 
 class CompletionLogprobs(BaseModel):
@@ -64,3 +66,17 @@ class CompletionResponse(BaseModel):
     usage: CompletionUsage
     prompt_token_ids: list[int] | None = None
     policy_version: int | None = None
+
+
+class UpdateWeightsRequest(BaseModel):
+    """`POST /update_weights` (hf backend): a safetensors file, or a folder of them, readable by the server."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(min_length=1)
+
+
+class PolicyVersionResponse(BaseModel):
+    """`GET /policy_version`, and the answer to `POST /update_weights` (hf backend)."""
+
+    policy_version: int

@@ -11,11 +11,28 @@ def register_serve(services: argparse._SubParsersAction) -> None:
     policy.add_argument("--model", type=Path, required=True, help="transformers model folder")
     policy.add_argument("--host", default="127.0.0.1")
     policy.add_argument("--port", type=int, default=8001)
+    policy.add_argument("--served-model-name", help="model id in the API (default: --model as given)")
+    policy.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    policy.add_argument("--threads", type=int, default=None, help="torch threads (default: cores - 1, at most 8)")
+    policy.add_argument("--max-batch-rows", type=int, default=64, help="completions decoded together at most")
+    policy.add_argument("--max-logprobs", type=int, default=20, help="largest `logprobs` one request may ask")
+    policy.add_argument(
+        "--scripted-replies", type=Path, default=None, help="test-only: JSON rules that teacher-force replies"
+    )
     policy.set_defaults(func=_serve)
 
 
 def _serve(args: argparse.Namespace) -> int:
     from veri.policy.hf.server import serve
 
-    serve(model_dir=args.model, host=args.host, port=args.port)
+    options = {
+        "served_model_name": args.served_model_name,
+        "dtype": args.dtype,
+        "max_batch_rows": args.max_batch_rows,
+        "max_logprobs": args.max_logprobs,
+        "scripted_replies": args.scripted_replies,
+    }
+    if args.threads is not None:
+        options["threads"] = args.threads
+    serve(model_dir=args.model, host=args.host, port=args.port, **options)
     return 0

@@ -1,0 +1,76 @@
+"""HTTP routes of the hf policy server. Thin: each fetches a service object from `app.state` and calls it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from fastapi import APIRouter, FastAPI, Request, Response
+
+from veri.core.policy_api import CompletionRequest, CompletionResponse, PolicyVersionResponse, UpdateWeightsRequest
+from veri.policy.hf.batcher import Batcher
+from veri.policy.hf.loader import LoadedModel
+from veri.policy.hf.serving import CompletionServing
+from veri.policy.hf.weights import read_update
+
+router = APIRouter()
+
+
+def _serving(request: Request) -> CompletionServing:
+    return request.app.state.serving
+
+
+def _batcher(request: Request) -> Batcher:
+    return request.app.state.batcher
+
+
+def _model(request: Request) -> LoadedModel:
+    return request.app.state.model
+
+
+@router.post("/v1/completions")
+async def create_completion(body: CompletionRequest, request: Request) -> CompletionResponse:
+    return await _serving(request).create_completion(body)
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> dict:
+    model = _model(request)
+    card = {
+        "id": model.name,
+        "object": "model",
+        "created": request.app.state.started,
+        "owned_by": "veri",
+        "root": str(request.app.state.settings.model_dir),
+        "parent": None,
+        "max_model_len": model.max_model_len,
+        "permission": [],
+    }
+    return {"object": "list", "data": [card]}
+
+
+@router.get("/health")
+async def health() -> Response:
+    return Response(status_code=200)  # routes only exist once the lifespan has loaded the model
+
+
+@router.get("/policy_version")
+async def policy_version(request: Request) -> PolicyVersionResponse:
+    return PolicyVersionResponse(policy_version=_batcher(request).policy_version)
+
+
+@router.post("/update_weights")
+async def update_weights(body: UpdateWeightsRequest, request: Request) -> PolicyVersionResponse:
+    update = await asyncio.to_thread(read_update, Path(body.path), _model(request).model)
+    return PolicyVersionResponse(policy_version=await _batcher(request).update_weights(update))
+
+
+@router.get("/stats")
+async def stats(request: Request) -> dict:
+    """Engine counters: batching (peak rows / requests per decode step), updates, failures."""
+    return {"uptime_s": round(time.time() - request.app.state.started, 3), **_batcher(request).snapshot()}
+
+
+def attach_router(app: FastAPI) -> None:
+    app.include_router(router)
