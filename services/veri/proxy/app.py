@@ -30,7 +30,7 @@ def create_app(settings: ProxySettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = SpanStore(settings.store_dir)
-        policy = PolicyClient(settings.policy_url, model=str(settings.model_dir), timeout_s=settings.policy_timeout_s)
+        policy = PolicyClient(settings.policy_url, model=settings.served_model_name, timeout_s=settings.policy_timeout_s)
         app.state.model_name = model_name(settings)
         app.state.capture = CaptureService(settings, store, ChatRendering(settings), policy)
         log.info("proxy ready", policy=settings.policy_url, store=str(store.path), model=app.state.model_name)
@@ -63,6 +63,7 @@ def settings_from_args(args: argparse.Namespace) -> ProxySettings:
         policy_url=args.policy_url,
         model_dir=args.model,
         renderer=args.renderer,
+        served_model_name=args.served_model_name,
         store_dir=args.store,
         public_url=args.public_url,
         control_token=os.environ.get(envs.VERI_CONTROL_TOKEN) or None,

@@ -14,6 +14,7 @@ def register_serve(services: argparse._SubParsersAction) -> None:
     proxy = services.add_parser("proxy", help="the capture proxy (OpenAI + Anthropic routes per rollout)")
     proxy.add_argument("--policy-url", required=True, help="base URL of the policy server (vLLM or hf)")
     proxy.add_argument("--model", type=Path, required=True, help="model folder (tokenizer + chat template)")
+    proxy.add_argument("--served-model-name", default=None, help="model name the policy serves (default: its only one)")
     proxy.add_argument("--renderer", default="auto", help="renderers name (qwen3, default, ...) or auto")
     proxy.add_argument("--host", default="127.0.0.1")
     proxy.add_argument("--port", type=int, default=8000)

@@ -20,9 +20,9 @@ class PolicyCompletion:
 
 
 class PolicyClient:
-    def __init__(self, base_url: str, *, model: str, timeout_s: float):
+    def __init__(self, base_url: str, *, model: str | None, timeout_s: float):
         self.base_url = base_url
-        self.model = model
+        self.model = model  # None: the policy's only served model (vLLM and hf both default to it)
         # The upstream call is never streamed: a span must hold the complete completion.
         self._http = httpx.AsyncClient(
             base_url=base_url, timeout=httpx.Timeout(timeout_s, connect=10.0), limits=httpx.Limits(max_connections=512)
