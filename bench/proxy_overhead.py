@@ -21,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
+import aiohttp
+import orjson
 import psutil
 from transformers import AutoTokenizer
 
@@ -47,29 +48,34 @@ def conversation(system: str) -> list[dict]:
     return [{"role": "system", "content": system}, {"role": "user", "content": "Look up three words."}]
 
 
-async def one_session_proxy(client: httpx.AsyncClient, proxy_url: str, system: str, latencies: list[float]) -> None:
-    session = (await client.post(f"{proxy_url}/control/sessions", json={})).json()
+async def post(client: aiohttp.ClientSession, url: str, body: dict, headers: dict | None = None) -> dict:
+    async with client.post(url, data=orjson.dumps(body),
+                           headers={"content-type": "application/json", **(headers or {})}) as reply:
+        reply.raise_for_status()
+        return orjson.loads(await reply.read())
+
+
+async def one_session_proxy(client: aiohttp.ClientSession, proxy_url: str, system: str, latencies: list[float]) -> None:
+    session = await post(client, f"{proxy_url}/control/sessions", {})
     headers = {"Authorization": f"Bearer {session['api_key']}"}
     messages = conversation(system)
     for turn in range(TURNS):
         started = time.perf_counter()
-        reply = await client.post(f"{session['openai_base_url']}/chat/completions", headers=headers,
-                                  json={"model": "bench", "messages": messages, "tools": [TOOL]})
+        reply = await post(client, f"{session['openai_base_url']}/chat/completions",
+                           {"model": "bench", "messages": messages, "tools": [TOOL]}, headers)
         latencies.append(time.perf_counter() - started)
-        reply.raise_for_status()
-        message = reply.json()["choices"][0]["message"]
+        message = reply["choices"][0]["message"]
         messages = [*messages, message,
                     {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"], "content": f"result {turn}"}]
 
 
-async def one_session_direct(client: httpx.AsyncClient, policy_url: str, prompts: list[list[int]],
+async def one_session_direct(client: aiohttp.ClientSession, policy_url: str, prompts: list[list[int]],
                              latencies: list[float]) -> None:
     for prompt in prompts:
         started = time.perf_counter()
-        reply = await client.post(f"{policy_url}/v1/completions", json={
-            "model": "bench", "prompt": prompt, "max_tokens": 48, "logprobs": 0, "return_token_ids": True})
+        await post(client, f"{policy_url}/v1/completions",
+                   {"model": "bench", "prompt": prompt, "max_tokens": 48, "logprobs": 0, "return_token_ids": True})
         latencies.append(time.perf_counter() - started)
-        reply.raise_for_status()
 
 
 def direct_prompts(tokenizer, system: str, reply_text: str) -> list[list[int]]:
@@ -86,8 +92,7 @@ def direct_prompts(tokenizer, system: str, reply_text: str) -> list[list[int]]:
 
 async def run(concurrency: int, session_fn) -> tuple[list[float], float]:
     latencies: list[float] = []
-    limits = httpx.Limits(max_connections=concurrency + 4)
-    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency + 4)) as client:
         started = time.perf_counter()
         await asyncio.gather(*(session_fn(client, latencies) for _ in range(concurrency)))
         elapsed = time.perf_counter() - started

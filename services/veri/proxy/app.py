@@ -31,6 +31,7 @@ def create_app(settings: ProxySettings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = SpanStore(settings.store_dir)
         policy = PolicyClient(settings.policy_url, model=settings.served_model_name, timeout_s=settings.policy_timeout_s)
+        await policy.start()
         app.state.model_name = model_name(settings)
         app.state.capture = CaptureService(settings, store, ChatRendering(settings), policy)
         log.info("proxy ready", policy=settings.policy_url, store=str(store.path), model=app.state.model_name)

@@ -1,10 +1,15 @@
-"""Calls the policy's token-in/token-out `/v1/completions` (vLLM or veri's hf backend)."""
+"""Calls the policy's token-in/token-out `/v1/completions` (vLLM or veri's hf backend).
+
+aiohttp rather than httpx on this one hot path: posting an 8k-token prompt costs ~0.2 ms of CPU
+with aiohttp against ~1.6 ms with httpx (measured on the 2-core dev box), and every model call of
+every rollout goes through here.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import httpx
+import aiohttp
 import orjson
 
 from veri.core.policy_api import CompletionRequest, CompletionResponse
@@ -23,18 +28,23 @@ class PolicyClient:
     def __init__(self, base_url: str, *, model: str | None, timeout_s: float):
         self.base_url = base_url
         self.model = model  # None: the policy's only served model (vLLM and hf both default to it)
-        # The upstream call is never streamed: a span must hold the complete completion.
-        self._http = httpx.AsyncClient(
-            base_url=base_url, timeout=httpx.Timeout(timeout_s, connect=10.0), limits=httpx.Limits(max_connections=512)
-        )
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=10.0)
+        self._http: aiohttp.ClientSession | None = None
         self.known_version = 0  # for backends that do not report policy_version (vLLM)
 
+    async def start(self) -> None:
+        self._http = aiohttp.ClientSession(
+            timeout=self._timeout, connector=aiohttp.TCPConnector(limit=512)
+        )
+
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._http is not None:
+            await self._http.close()
 
     async def complete(
         self, prompt_ids: list[int], *, max_tokens: int, temperature: float, top_p: float, stop_token_ids: list[int]
     ) -> PolicyCompletion:
+        assert self._http is not None, "PolicyClient.start() was not awaited"
         request = CompletionRequest(
             model=self.model,
             prompt=prompt_ids,
@@ -46,21 +56,23 @@ class PolicyClient:
             return_token_ids=True,
             skip_special_tokens=False,
         )
+        # The upstream call is never streamed: a span must hold the complete completion.
         try:
-            reply = await self._http.post(
-                "/v1/completions",
-                content=orjson.dumps(request.model_dump(exclude_none=True)),  # stdlib json is slow on 8k ids
+            async with self._http.post(
+                f"{self.base_url}/v1/completions",
+                data=orjson.dumps(request.model_dump(exclude_none=True)),
                 headers={"content-type": "application/json"},
-            )
-        except httpx.HTTPError as exc:
+            ) as reply:
+                status, payload = reply.status, await reply.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
             raise PolicyUnavailable(f"policy server at {self.base_url} unreachable ({exc!r}); is it running?") from exc
-        if 400 <= reply.status_code < 500:
+        if 400 <= status < 500:
             # e.g. the conversation no longer fits the model's context: the harness's problem.
-            raise InvalidRequest(f"the policy refused this prompt: {_error_message(reply)}")
-        if reply.status_code != 200:
-            raise PolicyUnavailable(f"policy server answered {reply.status_code}: {reply.text[:500]}")
+            raise InvalidRequest(f"the policy refused this prompt: {_error_message(payload)}")
+        if status != 200:
+            raise PolicyUnavailable(f"policy server answered {status}: {payload[:500].decode(errors='replace')}")
         try:
-            body = CompletionResponse.model_validate_json(reply.content)
+            body = CompletionResponse.model_validate_json(payload)
         except ValueError as exc:
             raise PolicyUnavailable(f"policy server sent an unreadable completion: {exc}") from exc
         choice = body.choices[0]
@@ -70,8 +82,8 @@ class PolicyClient:
         return PolicyCompletion(choice.token_ids, choice.logprobs.token_logprobs, choice.finish_reason, version)
 
 
-def _error_message(reply: httpx.Response) -> str:
+def _error_message(payload: bytes) -> str:
     try:
-        return reply.json()["error"]["message"]
+        return orjson.loads(payload)["error"]["message"]
     except (ValueError, KeyError, TypeError):
-        return reply.text[:500]
+        return payload[:500].decode(errors="replace")

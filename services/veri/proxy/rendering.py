@@ -18,10 +18,15 @@ import renderers
 from renderers.configs import config_from_name
 from transformers import AutoTokenizer
 
+import structlog
+
 from veri.core.records import PromptSource
+from veri.proxy.fast_tokenizer import RustBackedTokenizer, verify_same_ids
 from veri.proxy.history import first_difference, prefix_hashes
 from veri.proxy.settings import ProxySettings
 from veri.proxy.store import SpanStore
+
+log = structlog.get_logger("veri.proxy")
 
 MODEL_HINT_FILE = "veri.json"  # written by `veri model ...`: {"renderer": "<renderers name>"}
 
@@ -47,10 +52,21 @@ def load_renderer(settings: ProxySettings) -> tuple[Any, renderers.Renderer]:
     tokenizer = AutoTokenizer.from_pretrained(str(settings.model_dir))
     name = resolve_renderer_name(settings)
     config = config_from_name(name)
-    if config is not None and name != "default" and settings.thinking_retention:
-        config = type(config)(thinking_retention=settings.thinking_retention)
-    renderer = renderers.create_renderer(tokenizer, config, chat_template_kwargs=settings.chat_template_kwargs or None)
-    return tokenizer, renderer
+    renderer_tokenizer = tokenizer
+    if config is not None and name != "default":
+        # Hand-coded renderers only need encode/decode/offsets: serve them from Rust directly.
+        fast = RustBackedTokenizer(tokenizer)
+        mismatch = verify_same_ids(fast, tokenizer)
+        if mismatch is None:
+            renderer_tokenizer = fast
+        else:
+            log.warning("rust tokenizer differs from transformers'; using transformers", problem=mismatch)
+        if settings.thinking_retention:
+            config = type(config)(thinking_retention=settings.thinking_retention)
+    renderer = renderers.create_renderer(
+        renderer_tokenizer, config, chat_template_kwargs=settings.chat_template_kwargs or None
+    )
+    return renderer_tokenizer, renderer
 
 
 class ChatRendering:
