@@ -142,3 +142,34 @@ def test_legacy_completions_text_and_ids(session, control):
 def test_models_lists_the_policy(session):
     models = client_for(session).models.list()
     assert [m.id for m in models.data] == ["tiny"]
+
+
+def test_several_workers_share_sessions_through_the_store(scripted_policy, tiny_model, tmp_path):
+    """Calls of one rollout land on different worker processes; bridging still works."""
+    from tests.proxy.conftest import proxy_args
+    from tests.servers import start_server
+    from veri.proxy.control_client import ControlClient
+
+    with start_server(proxy_args(scripted_policy.url, tiny_model, tmp_path, "--workers", "2")) as multi:
+        control = ControlClient(multi.url)
+        sessions = [control.open_session() for _ in range(4)]
+        for session in sessions:
+            # A fresh client per call: new connections spread over the workers.
+            assert _run_tool_loop(_FreshClients(session), stream=False) == ["Paris is sunny and London is rainy."]
+        for session in sessions:
+            spans = control.spans(session.rollout_id)
+            assert [s.request_index for s in spans] == [0, 1, 2]
+            assert_bridged_chain(spans)
+
+
+class _FreshClients:
+    """Duck-types `client.chat.completions.create` with a new connection every call."""
+
+    def __init__(self, session):
+        self.session = session
+        self.chat = self
+        self.completions = self
+
+    def create(self, **kwargs):
+        with client_for(self.session) as client:
+            return client.chat.completions.create(**kwargs)

@@ -7,6 +7,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import orjson
 import structlog
 import uvicorn
 from fastapi import FastAPI, Request
@@ -75,5 +76,24 @@ def settings_from_args(args: argparse.Namespace) -> ProxySettings:
     )
 
 
+def app_from_env() -> FastAPI:
+    """Factory for multi-worker serving: each worker reads its settings from VERI_PROXY_* variables."""
+    return create_app(ProxySettings())
+
+
+def settings_as_env(settings: ProxySettings) -> dict[str, str]:
+    env = {}
+    for name, value in settings.model_dump(mode="json", exclude_none=True).items():
+        env[f"VERI_PROXY_{name.upper()}"] = value if isinstance(value, str) else orjson.dumps(value).decode()
+    return env
+
+
 def serve(args: argparse.Namespace) -> None:
-    uvicorn.run(create_app(settings_from_args(args)), host=args.host, port=args.port, log_level="warning")
+    settings = settings_from_args(args)
+    if args.workers == 1:
+        uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="warning")
+        return
+    # Several processes share nothing but the span store, which holds every session's state.
+    os.environ.update(settings_as_env(settings))
+    uvicorn.run("veri.proxy.app:app_from_env", factory=True, workers=args.workers,
+                host=args.host, port=args.port, log_level="warning")

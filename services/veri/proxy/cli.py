@@ -23,6 +23,7 @@ def register_serve(services: argparse._SubParsersAction) -> None:
     proxy.add_argument("--temperature", type=float, default=1.0)
     proxy.add_argument("--top-p", type=float, default=1.0)
     proxy.add_argument("--max-tokens", type=int, default=1024, help="cap on tokens per model call")
+    proxy.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     proxy.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024)
     proxy.set_defaults(func=_serve)
 
