@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from veri.core import envs
@@ -50,14 +51,18 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _session(args: argparse.Namespace) -> int:
-    from veri.proxy.control_client import ControlClient
+    from veri.proxy.control_client import ControlClient, ControlError
 
     client = ControlClient(args.proxy, token=args.token)
-    if args.action == "open":
-        result = client.open_session().model_dump(mode="json")
-    elif args.action == "spans":
-        result = [span.model_dump(mode="json") for span in client.spans(args.rollout_id)]
-    else:
-        result = client.close_session(args.rollout_id).model_dump(mode="json")
+    try:
+        if args.action == "open":
+            result = client.open_session().model_dump(mode="json")
+        elif args.action == "spans":
+            result = [span.model_dump(mode="json") for span in client.spans(args.rollout_id)]
+        else:
+            result = client.close_session(args.rollout_id).model_dump(mode="json")
+    except ControlError as error:
+        print(f"veri session {args.action}: {error}", file=sys.stderr)
+        return 1
     print(json.dumps(result, indent=2))
     return 0
