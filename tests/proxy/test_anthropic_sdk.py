@@ -114,3 +114,12 @@ def test_count_tokens_equals_rendered_prompt(session, control, proxy):
                            messages=[{"role": "user", "content": "What is the weather in Paris and London?"}])
     [span] = control.spans(session.rollout_id)  # count_tokens records no span
     assert counted.input_tokens == len(span.prompt_token_ids)
+
+
+def test_client_max_tokens_below_the_cap_gives_max_tokens(session, control):
+    reply = client_for(session).messages.create(
+        model="policy", max_tokens=2, messages=[{"role": "user", "content": "What is the weather in Paris and London?"}],
+        tools=[WEATHER])
+    assert reply.stop_reason == "max_tokens"
+    [span] = control.spans(session.rollout_id)
+    assert span.sampling["max_tokens"] == 2 and len(span.completion_token_ids) == 2

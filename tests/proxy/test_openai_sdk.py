@@ -173,3 +173,26 @@ class _FreshClients:
     def create(self, **kwargs):
         with client_for(self.session) as client:
             return client.chat.completions.create(**kwargs)
+
+
+def test_unknown_template_falls_back_to_apply_chat_template(scripted_policy, tiny_model, tmp_path):
+    """`--renderer default` (what an unknown model gets): every call is a full render that says why."""
+    from tests.proxy.conftest import proxy_args
+    from tests.servers import start_server
+    from veri.proxy.control_client import ControlClient
+
+    with start_server(proxy_args(scripted_policy.url, tiny_model, tmp_path, "--renderer", "default")) as fallback:
+        control = ControlClient(fallback.url)
+        session = control.open_session()
+        client = client_for(session)
+        messages = [{"role": "user", "content": "hello"}]
+        first = client.chat.completions.create(model="p", messages=messages).choices[0].message
+        client.chat.completions.create(
+            model="p", messages=[*messages, {"role": "assistant", "content": first.content},
+                                 {"role": "user", "content": "and again"}])
+        spans = control.spans(session.rollout_id)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    assert spans[0].prompt_token_ids == list(tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+    assert [s.prompt_source for s in spans] == ["full_render", "full_render"]
+    assert "cannot bridge" in spans[1].prompt_source_reason
