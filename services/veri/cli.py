@@ -9,6 +9,7 @@ import sys
 from veri.models import cli as models_cli
 from veri.policy import cli as policy_cli
 from veri.proxy import cli as proxy_cli
+from veri.trainer import cli as trainer_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     proxy_cli.register_serve(services)
 
     proxy_cli.register_session(commands)
+    trainer_cli.register(commands)
     return parser
 
 

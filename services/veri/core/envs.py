@@ -4,6 +4,10 @@
 VERI_CONTROL_TOKEN = "VERI_CONTROL_TOKEN"  # bearer token for the proxy's /control routes
 VERI_HOME = "VERI_HOME"  # state folder of a running stack (control token, stores)
 
+# --- read from the machine (GPU layout probe) ------------------------------------------------
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"  # the GPUs this job may use
+SLURM_JOB_NUM_NODES = "SLURM_JOB_NUM_NODES"  # set inside a SLURM allocation: more than 1 = multi-node
+
 # --- the harness contract: set inside every rollout sandbox ---------------------------------
 OPENAI_BASE_URL = "OPENAI_BASE_URL"
 OPENAI_API_KEY = "OPENAI_API_KEY"

@@ -1,0 +1,215 @@
+"""The job checks beyond types: files exist, knobs fit the backend, GRPO settings, the GPU layout.
+
+Each check names the config fields it reads; it runs only when those fields validated, so one broken
+field is reported once and every other check still runs (`veri validate` prints everything at once).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from veri.core import grpo as grpo_rules
+from veri.core import layout
+from veri.core.config import Backend, JobConfig, RewardCheck
+from veri.core.dataset import read_dataset
+from veri.core.harness import MANIFEST_FILE, ManifestError, load_manifest
+from veri.core.problems import Problem, ProblemsError
+
+_VLLM_ONLY = ("vllm_tensor_parallel_size", "vllm_data_parallel_size", "vllm_gpu_memory_utilization", "max_model_len")
+_BUILDABLE_MODELS = {"tiny": "veri model tiny --out {path}", "smollm2": "veri model smollm2 --out {path}"}
+
+
+@dataclass
+class CheckContext:
+    gpus: layout.GpuInventory | None = None  # None: probe this machine
+    reward_check: RewardCheck | None = None
+    notes: list[str] = field(default_factory=list)
+    columns: list[str] | None = None  # the dataset's columns, once read
+    valid: set[str] = field(default_factory=set)  # the config fields that validated
+
+
+Check = Callable[[JobConfig, CheckContext], list[Problem]]
+
+
+def run_checks(config: JobConfig, valid: set[str], context: CheckContext) -> list[Problem]:
+    """Run every check in `CHECKS` (in order) whose fields are all in `valid`."""
+    problems: list[Problem] = []
+    context.valid = valid
+    for needs, function in CHECKS:
+        if set(needs) <= valid:
+            problems += function(config, context)
+    return problems
+
+
+def _model(config: JobConfig, context: CheckContext) -> list[Problem]:
+    path = config.model
+    if not path.is_dir():
+        build = _BUILDABLE_MODELS.get(path.name)
+        fix = (
+            f"build it: `{build.format(path=path)}`"
+            if build
+            else "copy the model (config.json, tokenizer files, *.safetensors) onto this machine and set `model:`"
+            " to its folder; veri never downloads models"
+        )
+        return [Problem("model", f"model folder {path} does not exist", fix)]
+    if not (path / "config.json").is_file():
+        return [Problem("model", f"{path} has no config.json", "point `model:` at a transformers model folder")]
+    if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        return [Problem("model", f"{path} has no tokenizer files", "copy the tokenizer files into the model folder")]
+    return []
+
+
+def _dataset(config: JobConfig, context: CheckContext) -> list[Problem]:
+    try:
+        rows = read_dataset(config.dataset)
+    except ProblemsError as error:
+        return error.problems
+    context.columns = sorted({key for row in rows for key in row})
+    context.notes.append(f"dataset: {len(rows)} tasks, columns {context.columns}")
+    return []
+
+
+def _bundle(config: JobConfig, context: CheckContext) -> list[Problem]:
+    if not config.harness_bundle.is_dir():
+        fix = "build or copy the bundle (manifest + entrypoint) there, or point `harness_bundle:` at one"
+        return [Problem("harness_bundle", f"{config.harness_bundle} is not a folder", fix)]
+    try:
+        manifest = load_manifest(config.harness_bundle)
+    except ManifestError as error:
+        return [Problem("harness_bundle", str(error), f"fix the bundle's {MANIFEST_FILE}")]
+    if manifest.protocol != config.harness_protocol:
+        return [
+            Problem(
+                "harness_protocol",
+                f"is {config.harness_protocol} but the bundle's {MANIFEST_FILE} says {manifest.protocol}",
+                "make them agree: the harness must speak the protocol whose routes it is given",
+            )
+        ]
+    return []
+
+
+def _rewards(config: JobConfig, context: CheckContext) -> list[Problem]:
+    problems = [
+        Problem(f"rewards[{i}].file", f"{reward.file} does not exist", "fix the path (relative to where you run veri)")
+        for i, reward in enumerate(config.rewards)
+        if reward.file is not None and not reward.file.is_file()
+    ]
+    if not problems and context.reward_check is not None:
+        problems = context.reward_check(config.rewards, context.columns)
+    return problems
+
+
+def _backend_knobs(config: JobConfig, context: CheckContext) -> list[Problem]:
+    if config.backend == Backend.VLLM:
+        return []
+    return [
+        Problem(name, "only applies to `backend: vllm`", "remove it, or set `backend: vllm`")
+        for name in _VLLM_ONLY
+        if getattr(config, name) is not None
+    ]
+
+
+def _lora(config: JobConfig, context: CheckContext) -> list[Problem]:
+    if config.lora_rank is not None:
+        return []
+    return [
+        Problem(name, "does nothing without `lora_rank`", "set `lora_rank` to train a LoRA adapter, or remove it")
+        for name in ("lora_alpha", "lora_dropout")
+        if getattr(config, name) is not None
+    ]
+
+
+def _per_call_tokens(config: JobConfig, context: CheckContext) -> list[Problem]:
+    if config.sampling.max_tokens is None or config.sampling.max_tokens <= config.max_response_length:
+        return []
+    return [
+        Problem(
+            "sampling.max_tokens",
+            f"{config.sampling.max_tokens} is more than max_response_length ({config.max_response_length})",
+            "lower it: one call cannot be longer than the whole row's completion",
+        )
+    ]
+
+
+def _context_length(config: JobConfig, context: CheckContext) -> list[Problem]:
+    if config.max_model_len is None:
+        return []
+    problems = []
+    if config.max_response_length >= config.max_model_len:
+        problems.append(
+            Problem(
+                "max_response_length",
+                f"{config.max_response_length} does not fit in max_model_len ({config.max_model_len}) with a prompt",
+                "raise max_model_len or lower max_response_length",
+            )
+        )
+    limit = _model_config(config.model).get("max_position_embeddings")
+    if isinstance(limit, int) and config.max_model_len > limit:
+        problems.append(
+            Problem("max_model_len", f"{config.max_model_len} is more than the model's {limit} positions",
+                    f"use {limit} or less")
+        )
+    return problems
+
+
+def _grpo(config: JobConfig, context: CheckContext) -> list[Problem]:
+    """Keys and types always; TRL's own checks only when the veri knobs it combines with are valid."""
+    knobs = config.model_copy(update={"grpo": {}}).grpo_config_kwargs() if set(_KNOB_FIELDS) <= context.valid else None
+    return [
+        Problem(f"grpo.{p.key}" if p.key else "grpo", p.message, p.fix)
+        for p in grpo_rules.check_grpo_section(config.grpo, knobs=knobs)
+    ]
+
+
+def _layout(config: JobConfig, context: CheckContext) -> list[Problem]:
+    if config.backend != Backend.VLLM:
+        return []
+    try:
+        heads = layout.attention_heads(config.model)
+    except layout.LayoutError:
+        return []  # the model check reports the folder
+    tp, dp = config.vllm_tensor_parallel_size, config.vllm_data_parallel_size
+    where = "vllm_tensor_parallel_size" if tp else ("vllm_data_parallel_size" if dp else "backend")
+    gpus = context.gpus or layout.probe_gpus()
+    if gpus.vendor == layout.GpuVendor.NONE and context.gpus is None:  # validating away from the GPU box
+        context.notes.append(
+            "no NVIDIA GPU on this machine: the GPU layout is planned when the job starts"
+            " (`veri validate --gpus N` plans it for an N-GPU box)"
+        )
+        error = layout.parallel_size_problem(heads, tp, dp)
+        return [Problem(where, error.message, error.fix)] if error else []
+    try:
+        plan = config.gpu_layout(gpus)
+    except layout.LayoutError as error:
+        return [Problem(where, error.message, error.fix)]
+    context.notes.append("GPU layout: " + plan.describe())
+    return []
+
+
+def _model_config(model: Path) -> dict[str, Any]:
+    try:
+        config = json.loads((model / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return config.get("text_config") or config
+
+
+_KNOB_FIELDS = ("backend", *sorted({knob.split(".")[0] for knob in grpo_rules.VERI_KNOBS.values()}))
+
+# (fields read, check), run in this order: the dataset check records the columns the reward check uses.
+CHECKS: list[tuple[tuple[str, ...], Check]] = [
+    (("model",), _model),
+    (("dataset",), _dataset),
+    (("harness_bundle",), _bundle),
+    (("rewards",), _rewards),
+    (("backend", *_VLLM_ONLY), _backend_knobs),
+    (("lora_rank", "lora_alpha", "lora_dropout"), _lora),
+    (("sampling", "max_response_length"), _per_call_tokens),
+    (("model", "max_model_len", "max_response_length"), _context_length),
+    (("grpo",), _grpo),
+    (("backend", "model", "vllm_tensor_parallel_size", "vllm_data_parallel_size"), _layout),
+]

@@ -1,0 +1,352 @@
+"""The job config: one schema, written as YAML or TOML with the same keys.
+
+    model, backend, dataset, harness_bundle, harness_protocol, rewards, sampling   what to train, on what
+    rollouts_per_prompt ... lora_dropout                                          the loop's knobs (flat)
+    grpo                                                                          TRL GRPOConfig pass-through
+
+Relative paths resolve against `base_dir` (default: the directory veri runs in, i.e. the repo root for
+`make train`). Every accepted knob has a consumer, named in its description; knobs that cannot act in
+a given setup (a `vllm_*` knob with `backend: hf`) are problems, not silently ignored.
+
+`check_config` finds every problem at once (structure, types, unknown keys with the nearest real one,
+missing files, GRPO settings against the installed TRL, the GPU layout); `load_config` raises them all.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from veri.core import grpo as grpo_rules
+from veri.core.dataset import DatasetConfig
+from veri.core.layout import GpuInventory, GpuLayout, attention_heads, plan_layout, probe_gpus
+from veri.core.problems import Problem, ProblemsError
+
+
+class Backend(StrEnum):
+    VLLM = "vllm"  # GPU: vLLM policy server, TRL pushes weights over NCCL
+    HF = "hf"  # CPU: veri's transformers policy server, weights pushed after every step
+
+
+class HarnessProtocol(StrEnum):
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+
+
+class SamplingConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(default=1.0, gt=0, description="proxy sampling and TRL's logprob temperature")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="proxy sampling and TRL")
+    max_tokens: int | None = Field(
+        default=None, ge=1, description="proxy: cap on tokens per model call (default: max_response_length)"
+    )
+
+
+class RewardConfig(BaseModel):
+    """One reward function: a Python file or inline source, and its weight in the sum."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: Path | None = Field(default=None, description="a Python file defining the function")
+    source: str | None = Field(default=None, description="inline Python source defining the function")
+    function: str | None = Field(
+        default=None, description="which function (default: `reward`, or the only function defined)"
+    )
+    name: str | None = Field(default=None, description="label in metrics and records (default: the function's)")
+    weight: float = Field(default=1.0, description="its factor in the rollout's reward (a weighted sum)")
+
+    @model_validator(mode="after")
+    def _one_origin(self) -> RewardConfig:
+        if (self.file is None) == (self.source is None):
+            raise ValueError("needs exactly one of `file` and `source`; give a Python `file:` or inline `source:`")
+        return self
+
+
+class JobConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: Path = Field(description="local transformers model folder (config.json, tokenizer, weights)")
+    backend: Backend = Field(default=Backend.VLLM, description="policy server: vllm (GPU) or hf (CPU)")
+    dataset: DatasetConfig = Field(description="trainer: the tasks (JSONL); each row is one GRPO group's task")
+    harness_bundle: Path = Field(description="launcher: the harness bundle folder (manifest + code)")
+    harness_protocol: HarnessProtocol = Field(default=HarnessProtocol.OPENAI, description="launcher: SDK routes")
+    rewards: list[RewardConfig] = Field(min_length=1, description="trainer: reward functions, summed with weights")
+    reward_timeout_s: float = Field(default=60.0, gt=0, description="trainer: per reward-function call")
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="how the policy samples")
+
+    rollouts_per_prompt: int = Field(default=8, ge=2, description="GRPO group size (TRL num_generations)")
+    max_response_length: int = Field(
+        default=4096, ge=1, description="tokens in a row's completion, all turns (TRL max_completion_length)"
+    )
+    learning_rate: float = Field(default=1e-6, gt=0, description="TRL learning_rate")
+    max_steps: int = Field(default=200, ge=1, description="TRL max_steps: optimizer steps")
+    kl_coef: float = Field(default=0.0, ge=0, description="TRL beta: KL penalty against the reference model")
+    max_turns: int = Field(default=10, ge=1, description="launcher: VERI_MAX_TURNS hint to the harness")
+    harness_timeout_s: float = Field(default=600.0, gt=0, description="launcher: kill a rollout after this")
+    max_parallel_rollouts: int = Field(default=16, ge=1, description="launcher: sandboxes running at once")
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="proxy rendering and TRL, e.g. {enable_thinking: false}"
+    )
+    vllm_tensor_parallel_size: int | None = Field(default=None, ge=1, description="vllm: TP (default: planned)")
+    vllm_data_parallel_size: int | None = Field(default=None, ge=1, description="vllm: policy replicas (default 1)")
+    vllm_gpu_memory_utilization: float | None = Field(
+        default=None, gt=0, le=1, description="vllm: --gpu-memory-utilization (default: vLLM's)"
+    )
+    max_model_len: int | None = Field(default=None, ge=1, description="vllm: --max-model-len (default: model's)")
+    lora_rank: int | None = Field(default=None, ge=1, description="trainer: LoRA rank (unset: full fine-tune)")
+    lora_alpha: int | None = Field(default=None, ge=1, description="trainer: LoRA alpha (default 2 x lora_rank)")
+    lora_dropout: float | None = Field(default=None, ge=0, lt=1, description="trainer: LoRA dropout (default 0)")
+
+    grpo: dict[str, Any] = Field(default_factory=dict, description="any other TRL GRPOConfig field, passed through")
+
+    @property
+    def max_tokens_per_call(self) -> int:
+        return self.sampling.max_tokens or self.max_response_length
+
+    def knob(self, dotted: str) -> Any:
+        """A knob's value by its dotted name ("sampling.temperature")."""
+        value: Any = self
+        for part in dotted.split("."):
+            value = getattr(value, part)
+        return value
+
+    def grpo_config_kwargs(self) -> dict[str, Any]:
+        """kwargs for `trl.GRPOConfig` (add `output_dir` and the policy server's address)."""
+        types = grpo_rules.grpo_field_types()
+        passed = {key: TypeAdapter(types[key]).validate_python(value) for key, value in self.grpo.items()}
+        if self.backend == Backend.VLLM:
+            defaults: dict[str, Any] = {"use_vllm": True, "vllm_mode": "server"}
+        else:
+            defaults = {"use_vllm": False, "use_cpu": True, "bf16": False}
+        knobs = {field_name: self.knob(knob) for field_name, knob in grpo_rules.VERI_KNOBS.items()}
+        return {**defaults, **knobs, **passed}
+
+    def gpu_layout(self, gpus: GpuInventory | None = None) -> GpuLayout:
+        """Where the trainer and the vLLM policy run (None: this machine); raises `LayoutError`."""
+        return plan_layout(
+            gpus or probe_gpus(),
+            attention_heads(self.model),
+            tensor_parallel_size=self.vllm_tensor_parallel_size,
+            data_parallel_size=self.vllm_data_parallel_size,
+        )
+
+    def lora_config_kwargs(self) -> dict[str, Any] | None:
+        """kwargs for `peft.LoraConfig`, or None for a full fine-tune."""
+        if self.lora_rank is None:
+            return None
+        return {
+            "r": self.lora_rank,
+            "lora_alpha": self.lora_alpha or 2 * self.lora_rank,
+            "lora_dropout": self.lora_dropout or 0.0,
+            "target_modules": "all-linear",
+            "task_type": "CAUSAL_LM",
+        }
+
+
+# --- loading ---------------------------------------------------------------------------------------
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The raw mapping of a .yaml/.yml/.toml file (same keys either way)."""
+    path = Path(path)
+    where = str(path)
+    if not path.is_file():
+        fix = "pass the path of a .yaml or .toml job file"
+        raise ProblemsError(where, [Problem("", f"{path} does not exist", fix)])
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        elif path.suffix == ".toml":
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        else:
+            raise ProblemsError(where, [Problem("", f"unknown config format {path.suffix!r}", "use .yaml or .toml")])
+    except (yaml.YAMLError, tomllib.TOMLDecodeError) as error:
+        problem = Problem("", f"cannot parse: {error}", "fix the syntax at the place named")
+        raise ProblemsError(where, [problem]) from error
+    if not isinstance(raw, dict):
+        raise ProblemsError(where, [Problem("", "the file is not a mapping of keys", "write `key: value` lines")])
+    return raw
+
+
+def parse_config(raw: dict[str, Any], *, base_dir: Path | None = None) -> JobConfig:
+    """Structure and types only (no file or GPU checks); raises `ProblemsError` with every problem."""
+    values, problems = _validate_fields(raw, (base_dir or Path.cwd()).resolve())
+    if problems:
+        raise ProblemsError("config", problems)
+    return JobConfig.model_validate(values)
+
+
+def load_config(
+    path: Path,
+    *,
+    base_dir: Path | None = None,
+    gpus: GpuInventory | None = None,
+    reward_check: RewardCheck | None = None,
+) -> JobConfig:
+    """Read and fully check a job file; raises `ProblemsError` listing every problem."""
+    report = check_config(path, base_dir=base_dir, gpus=gpus, reward_check=reward_check)
+    if report.problems:
+        raise ProblemsError(str(path), report.problems)
+    assert report.config is not None
+    return report.config
+
+
+# --- checking --------------------------------------------------------------------------------------
+
+# A check the caller adds for reward functions (the trainer loads them; core imports no service):
+# (the validated rewards, the dataset's column names or None when unknown) -> problems.
+RewardCheck = Callable[[list[RewardConfig], "list[str] | None"], list[Problem]]
+
+
+@dataclass
+class ConfigReport:
+    config: JobConfig | None  # None when any problem exists
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was planned or could not be checked here
+
+
+def check_config(
+    path: Path,
+    *,
+    base_dir: Path | None = None,
+    gpus: GpuInventory | None = None,
+    reward_check: RewardCheck | None = None,
+) -> ConfigReport:
+    """Every problem in a job file at once.
+
+    `gpus` (a `layout.GpuInventory`) is the machine to plan for; None probes this one. Checks whose
+    inputs are themselves broken are skipped (their inputs are already reported).
+    """
+    from veri.core import checks  # checks import this module's schema
+
+    try:
+        raw = read_config_file(path)
+    except ProblemsError as error:
+        return ConfigReport(None, error.problems)
+    values, problems = _validate_fields(raw, (base_dir or Path.cwd()).resolve())
+    partial = JobConfig.model_construct(**values)
+    valid = set(values) | {name for name, info in JobConfig.model_fields.items() if not info.is_required()}
+    valid -= {_problem_field(problem) for problem in problems}
+    context = checks.CheckContext(gpus=gpus, reward_check=reward_check)
+    problems += checks.run_checks(partial, valid, context)
+    config = JobConfig.model_validate(values) if not problems else None
+    return ConfigReport(config, problems, context.notes)
+
+
+def _validate_fields(raw: dict[str, Any], base_dir: Path) -> tuple[dict[str, Any], list[Problem]]:
+    """Each top-level field validated on its own, so one bad field does not hide checks of the others."""
+    problems: list[Problem] = []
+    try:
+        JobConfig.model_validate(raw)
+    except ValidationError as error:
+        problems = [_structure_problem(item) for item in error.errors()]
+    values: dict[str, Any] = {}
+    for name, info in JobConfig.model_fields.items():
+        if name not in raw:
+            continue
+        try:
+            values[name] = TypeAdapter(Annotated[info.annotation, info]).validate_python(raw[name])
+        except ValidationError:
+            continue  # reported above
+    return _resolve_paths(values, base_dir), problems
+
+
+def _resolve_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
+    def resolve(path: Path) -> Path:
+        return (base / path.expanduser()).resolve()
+
+    values = dict(values)
+    for name in ("model", "harness_bundle"):
+        if name in values:
+            values[name] = resolve(values[name])
+    if "dataset" in values:
+        values["dataset"] = values["dataset"].model_copy(update={"path": resolve(values["dataset"].path)})
+    if "rewards" in values:
+        values["rewards"] = [
+            reward.model_copy(update={"file": resolve(reward.file)}) if reward.file else reward
+            for reward in values["rewards"]
+        ]
+    return values
+
+
+def _problem_field(problem: Problem) -> str:
+    return problem.where.split(".")[0].split("[")[0]
+
+
+def _structure_problem(error: Any) -> Problem:
+    loc = tuple(error["loc"])
+    where = _dotted(loc)
+    kind = error["type"]
+    if kind == "missing":
+        info = _field_info(loc)
+        hint = f" ({info.description})" if info is not None and info.description else ""
+        return Problem(where, "is required", f"add `{loc[-1]}`{hint}")
+    if kind == "extra_forbidden":
+        return Problem(where, "is not a known key", _unknown_key_fix(loc))
+    message = error["msg"].removeprefix("Value error, ")
+    if kind == "value_error":  # our own validators write "what is wrong; what to do"
+        problem, _, fix = message.partition("; ")
+        return Problem(where, problem, fix or "change it")
+    wanted = message.removeprefix("Input should be ").split(",")[0]
+    if wanted.startswith(("greater", "less")):
+        wanted = f"a value {wanted}"
+    return Problem(where, f"{error['input']!r} is not valid: {message}", f"set `{where}` to {wanted}")
+
+
+def _unknown_key_fix(loc: tuple[Any, ...]) -> str:
+    key = str(loc[-1])
+    model = _model_at(loc[:-1])
+    if model is JobConfig:
+        if key in grpo_rules.VERI_OWNED:
+            return f"remove it: {grpo_rules.VERI_OWNED[key]}"
+        if key in grpo_rules.VERI_KNOBS:
+            return f"use `{grpo_rules.VERI_KNOBS[key]}` (veri's name for TRL's {key})"
+        if key in grpo_rules.grpo_field_types():
+            return f"`{key}` is a TRL GRPOConfig setting: move it under `grpo:`"
+    return grpo_rules.suggest(key, model.model_fields if model else [])
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model that holds the keys at `loc` (list indices skipped)."""
+    model: type[BaseModel] = JobConfig
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(part)
+        if info is None:
+            return None
+        inner = _model_in(info.annotation)
+        if inner is None:
+            return None
+        model = inner
+    return model
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for argument in getattr(annotation, "__args__", ()):
+        found = _model_in(argument)
+        if found is not None:
+            return found
+    return None
+
+
+def _field_info(loc: tuple[Any, ...]) -> Any:
+    model = _model_at(loc[:-1])
+    return model.model_fields.get(str(loc[-1])) if model else None
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text

@@ -1,0 +1,52 @@
+"""The rollout record: everything known about one rollout, as the archive stores it (one JSON line).
+
+A record is trained on only when `trainable`: every rule that fired is in `verdicts` (the episode's
+and the reward's), so the job page, the metrics and `veri debug` all read the same verdicts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from veri.core.episodes import Effect, Episode, RolloutStatus, Verdict
+from veri.core.records import Span
+
+
+class RewardOutcome(BaseModel):
+    """The reward of one rollout. `reward` is None when any function failed (reward_error): masked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reward: float | None
+    per_function: dict[str, float | None] = Field(
+        default_factory=dict, description="each function's own (unweighted) value; None = failed or no value"
+    )
+    verdicts: list[Verdict] = Field(default_factory=list)
+
+
+class RolloutRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rollout_id: str
+    task_index: int
+    rollout_index: int = Field(description="position in its GRPO group (0 .. rollouts_per_prompt-1)")
+    policy_step: int | None = Field(default=None, description="the training step this rollout was sampled for")
+    task: dict[str, Any] = Field(default_factory=dict, description="the dataset row (after column_mapping)")
+    status: RolloutStatus
+    exit_code: int | None = None
+    spans: list[Span] = Field(default_factory=list)
+    episode: Episode
+    reward: RewardOutcome | None = Field(default=None, description="None when the rollout was not scored")
+
+    @property
+    def verdicts(self) -> list[Verdict]:
+        return [*self.episode.verdicts, *(self.reward.verdicts if self.reward else [])]
+
+    @property
+    def trainable(self) -> bool:
+        """Used in the loss: a row exists, no rule rejected it, and it has a reward."""
+        if any(verdict.effect == Effect.REJECT for verdict in self.verdicts) or self.episode.row is None:
+            return False
+        return self.reward is not None and self.reward.reward is not None

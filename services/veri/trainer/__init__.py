@@ -1,0 +1,1 @@
+"""The trainer service: rollouts -> episodes -> rewards -> TRL GRPO steps -> weight sync -> archive."""

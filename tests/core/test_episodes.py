@@ -1,0 +1,147 @@
+"""Episodes: spans -> one training row, and every named rule with its verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from tests.core.spans import bridged_chain, make_span
+from veri.core.episodes import RULES, Effect, RolloutStatus, Rule, build_episode
+from veri.core.records import PromptSource, TokenFidelity
+from veri.core.rollouts import RewardOutcome, RolloutRecord
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model: Path):
+    return AutoTokenizer.from_pretrained(tiny_model)
+
+
+def test_bridged_chain_becomes_one_exact_row():
+    episode = build_episode(bridged_chain())
+    assert episode.verdicts == [] and not episode.rejected
+    assert episode.chain == [0, 1, 2] and episode.dropped == []
+    row = episode.row
+    assert row.prompt_ids == [1, 2, 3]
+    assert row.completion_ids == [10, 11, 99, 50, 51, 12, 99, 60, 13, 99]
+    assert row.env_mask == [1, 1, 1, 0, 0, 1, 1, 0, 1, 1]
+    assert row.logprobs == [-0.1, -0.2, -0.3, 0.0, 0.0, -0.4, -0.5, 0.0, -0.6, -0.7]
+
+
+def test_order_comes_from_request_index_and_plain_dicts_work():
+    spans = [span.model_dump() for span in reversed(bridged_chain())]
+    assert build_episode(spans).chain == [0, 1, 2]
+    minimal = [{"prompt_token_ids": [1], "completion_token_ids": [2], "completion_logprobs": [-1.0]}]
+    assert build_episode(minimal).row.completion_ids == [2]  # a foreign record: no request_index, no labels
+
+
+def test_rewritten_history_keeps_the_chain_ending_at_the_final_answer(tokenizer):
+    system = tokenizer.encode("You extract links.")
+    first = make_span(0, system + tokenizer.encode(" Page one"), tokenizer.encode(" fetch"))
+    second = make_span(1, first.prompt_token_ids + first.completion_token_ids + tokenizer.encode(" result"),
+                       tokenizer.encode(" done"), bridged_from=0)
+    # The harness summarised its history: same system prompt, different text after it.
+    rewritten = system + tokenizer.encode(" Summary")
+    third = make_span(2, rewritten, tokenizer.encode(" again"))
+    fourth = make_span(3, third.prompt_token_ids + third.completion_token_ids + tokenizer.encode(" ok"),
+                       tokenizer.encode(" final"), bridged_from=2)
+    episode = build_episode([first, second, third, fourth], decoder=tokenizer)
+
+    assert episode.chain == [2, 3] and episode.dropped == [0, 1]
+    assert not episode.rejected  # degraded, still trained
+    assert episode.row.prompt_ids == rewritten
+    verdicts = {v.span: v for v in episode.verdicts}
+    assert set(verdicts) == {0, 1} and {v.rule for v in verdicts.values()} == {Rule.HISTORY_REWRITTEN}
+    broken = verdicts[1]
+    assert broken.effect == Effect.DEGRADE and broken.details["broken_by"] == 2
+    position = len(system)
+    assert broken.details["position"] == position
+    assert broken.details["expected_id"] == second.prompt_token_ids[position]
+    assert broken.details["actual_id"] == rewritten[position]
+    assert broken.details["expected_text"] == tokenizer.decode([second.prompt_token_ids[position]])
+    assert broken.details["actual_text"] == tokenizer.decode([rewritten[position]])
+    assert f"at position {position}" in broken.message and repr(broken.details["actual_text"]) in broken.message
+
+
+def test_side_call_is_dropped_and_the_main_conversation_kept():
+    main = make_span(0, [1, 2], [3, 99])
+    side = make_span(1, [7, 8], [9, 99])  # e.g. a title-generation call
+    final = make_span(2, [1, 2, 3, 99, 5], [6, 99], bridged_from=1)  # the label lies: tokens extend span 0
+    episode = build_episode([main, side, final])
+    assert episode.chain == [0, 2] and episode.dropped == [1]
+    (verdict,) = episode.verdicts
+    assert verdict.span == 1 and verdict.details["position"] == 0 and verdict.details["broken_by"] == 2
+    assert "labelled bridged from span 1" in verdict.message
+    assert episode.row.completion_ids == [3, 99, 5, 6, 99] and episode.row.env_mask == [1, 1, 0, 1, 1]
+
+
+def test_full_render_that_extends_is_in_the_chain():
+    first, second, third = bridged_chain()
+    relabelled = third.model_copy(update={"prompt_source": PromptSource.FULL_RENDER, "bridged_from": None})
+    assert build_episode([first, second, relabelled]).chain == [0, 1, 2]
+
+
+def test_a_shorter_prompt_reports_where_it_ends():
+    first = make_span(0, [1, 2, 3], [4, 99])
+    final = make_span(1, [1, 2], [5])
+    (verdict,) = build_episode([first, final]).verdicts
+    assert verdict.details["position"] == 2 and verdict.details["actual_id"] is None
+    assert "its prompt ends at position 2" in verdict.message
+
+
+@pytest.mark.parametrize(
+    ("span", "why"),
+    [
+        (make_span(1, [], [], fidelity=TokenFidelity.ABSENT), "token_fidelity is 'absent'"),
+        (make_span(1, [1, 2, 3, 10, 11, 99, 7], [], logprobs=[]), "no completion_token_ids"),
+        (make_span(1, [1, 2, 3, 10, 11, 99, 7], [8, 9], logprobs=[-1.0]), "1 completion_logprobs for 2"),
+    ],
+)
+def test_a_span_without_ids_rejects_the_rollout(span, why):
+    episode = build_episode([bridged_chain()[0], span])
+    (verdict,) = episode.verdicts
+    assert verdict.rule == Rule.TOKEN_IDS_ABSENT and verdict.effect == Effect.REJECT and verdict.span == 1
+    assert why in verdict.message
+    assert episode.rejected and episode.row is None
+
+
+def test_no_spans_rejects():
+    episode = build_episode([])
+    assert [v.rule for v in episode.verdicts] == [Rule.NO_SPANS] and episode.rejected and episode.row is None
+
+
+@pytest.mark.parametrize(
+    ("status", "rule"), [(RolloutStatus.FAILED, Rule.HARNESS_FAILED), (RolloutStatus.TRUNCATED, Rule.HARNESS_TIMEOUT)]
+)
+def test_failed_and_truncated_harnesses_are_rejected(status, rule):
+    episode = build_episode(bridged_chain(), status, exit_code=3)
+    assert [v.rule for v in episode.verdicts] == [rule] and episode.rejected
+    assert episode.row is not None  # kept for the record and `veri debug`, never trained
+    if rule == Rule.HARNESS_FAILED:
+        assert "exit code 3" in episode.verdicts[0].message
+
+
+def test_policy_versions_over_the_chain():
+    spans = bridged_chain()
+    spans[2] = spans[2].model_copy(update={"policy_version": 1})
+    assert build_episode(spans).policy_versions == [0, 1]
+
+
+def test_every_rule_has_an_effect_and_a_fix():
+    assert set(RULES) == set(Rule)
+    assert all(spec.fix and spec.summary for spec in RULES.values())
+
+
+def test_rollout_record_round_trips_and_knows_if_it_is_trainable():
+    spans = bridged_chain()
+    record = RolloutRecord(
+        rollout_id="r-1", task_index=0, rollout_index=2, task={"prompt": "p"}, status=RolloutStatus.COMPLETED,
+        spans=spans, episode=build_episode(spans), reward=RewardOutcome(reward=1.0, per_function={"url": 1.0}),
+    )
+    assert record.trainable
+    assert RolloutRecord.model_validate_json(record.model_dump_json()) == record
+    unscored = record.model_copy(update={"reward": None})
+    assert not unscored.trainable
+    failed = record.model_copy(update={"episode": build_episode(spans, RolloutStatus.FAILED)})
+    assert not failed.trainable and [v.rule for v in failed.verdicts] == [Rule.HARNESS_FAILED]
