@@ -1,0 +1,36 @@
+"""Run a group of rollouts on a backend, at most `max_parallel` at a time.
+
+A rollout whose backend call blows up (a bug, docker gone) still yields a result — `failed` with
+`infrastructure_error` — so one broken sandbox never takes its group's survivors down with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import structlog
+
+from veri.core.episodes import RolloutStatus
+from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch
+from veri.launcher.backend import SandboxBackend
+
+log = structlog.get_logger("veri.launcher")
+
+
+async def run_group(backend: SandboxBackend, group: GroupLaunch, output_root: Path) -> list[LaunchResult]:
+    gate = asyncio.Semaphore(group.max_parallel)
+
+    async def one(launch: RolloutLaunch) -> LaunchResult:
+        async with gate:
+            started = time.time()
+            try:
+                return await backend.run(launch, output_root / launch.rollout_id)
+            except Exception as exc:  # noqa: BLE001 — reported as the rollout's result, never swallowed
+                log.exception("sandbox backend failed", rollout_id=launch.rollout_id)
+                return LaunchResult(rollout_id=launch.rollout_id, status=RolloutStatus.FAILED,
+                                    infrastructure_error=f"{type(exc).__name__}: {exc}",
+                                    started_at=started, duration_s=time.time() - started)
+
+    return list(await asyncio.gather(*(one(launch) for launch in group.launches)))

@@ -1,0 +1,57 @@
+"""`local` backend: the harness entrypoint as a plain subprocess. Development only — it isolates
+nothing. Here `RolloutLaunch.image` is the bundle *folder* (no image is built)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from veri.core import envs
+from veri.core.episodes import RolloutStatus
+from veri.core.harness import load_manifest
+from veri.core.launch import LaunchResult, RolloutLaunch
+from veri.launcher.outputs import enforce_output_cap
+from veri.launcher.tails import Tail, drain
+
+
+class LocalBackend:
+    name = "local"
+
+    async def run(self, launch: RolloutLaunch, output_dir: Path) -> LaunchResult:
+        bundle = Path(launch.image)
+        manifest = load_manifest(bundle)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        started = time.time()
+        with tempfile.TemporaryDirectory(prefix="veri-home-") as home:
+            # This interpreter's bin first, so `python` has the SDKs; nothing else from the host env.
+            path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "/usr/bin:/bin")])
+            env = {**launch.env, envs.VERI_OUTPUT_DIR: str(output_dir), "PATH": path, "HOME": home}
+            process = await asyncio.create_subprocess_exec(
+                *manifest.entrypoint, cwd=bundle, env=env, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+            )
+            stdout, stderr = Tail(launch.limits.log_tail_bytes), Tail(launch.limits.log_tail_bytes)
+            readers = asyncio.gather(drain(process.stdout, stdout), drain(process.stderr, stderr))
+            try:
+                await asyncio.wait_for(process.wait(), timeout=launch.timeout_s)
+                status = RolloutStatus.COMPLETED if process.returncode == 0 else RolloutStatus.FAILED
+            except TimeoutError:
+                os.killpg(process.pid, signal.SIGKILL)  # the whole process group: grandchildren too
+                await process.wait()
+                status = RolloutStatus.TRUNCATED
+            await readers
+        truncated = enforce_output_cap(output_dir, launch.limits.output_max_bytes)
+        return LaunchResult(
+            rollout_id=launch.rollout_id, status=status,
+            exit_code=None if status is RolloutStatus.TRUNCATED else process.returncode,
+            stdout_tail=stdout.text(), stderr_tail=stderr.text(), output_dir=str(output_dir),
+            output_truncated=truncated, started_at=started, duration_s=time.time() - started,
+        )
+
+    async def remove_leftovers(self) -> int:
+        return 0
