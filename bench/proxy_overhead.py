@@ -113,7 +113,7 @@ def main() -> None:
     reply_ids = tokenizer.encode(reply_text, add_special_tokens=False) + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
 
     policy_port = free_port()
-    policy = subprocess.Popen([sys.executable, str(Path(__file__).with_name("instant_policy.py")),
+    policy = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parents[1] / "tests" / "vllm_standin.py"),
                                "--port", str(policy_port), "--reply-ids", json.dumps(reply_ids)])
     policy_url = f"http://127.0.0.1:{policy_port}"
     try:

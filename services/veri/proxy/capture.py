@@ -148,7 +148,7 @@ class CaptureService:
             completion_token_ids=sample.completion_ids,
             completion_logprobs=sample.completion_logprobs,
             finish_reason=sample.completion.finish_reason,
-            policy_version=sample.completion.policy_version,
+            policy_version=self._version(sample.completion),
             prompt_source=sample.plan.source,
             prompt_source_reason=sample.plan.reason,
             bridged_from=sample.plan.bridged_from,
@@ -178,13 +178,17 @@ class CaptureService:
             rollout_id=session.rollout_id, request_index=-1, path=path, protocol=Protocol.OPENAI_COMPLETIONS,
             request=raw_request, response=response, prompt_token_ids=prompt_ids,
             completion_token_ids=completion.token_ids, completion_logprobs=completion.logprobs,
-            finish_reason=completion.finish_reason, policy_version=completion.policy_version,
+            finish_reason=completion.finish_reason, policy_version=self._version(completion),
             prompt_source=PromptSource.FULL_RENDER, prompt_source_reason="raw completion prompt (no chat template)",
             token_fidelity=TokenFidelity.CAPTURED, sampling=sampling, started_at=started_at,
             duration_s=time.time() - started_at,
             reply_message={"role": "assistant", "content": self.rendering.decode(completion.token_ids)},
         )
         return self.store.add_span(span, prefix_hash=f"raw-{uuid.uuid4().hex}", n_messages=0)
+
+    def _version(self, completion: PolicyCompletion) -> int:
+        reported = completion.policy_version
+        return reported if reported is not None else self.store.policy_version()
 
     def _apply_stop_sequences(
         self, completion: PolicyCompletion, stops: list[str]

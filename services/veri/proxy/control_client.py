@@ -28,6 +28,9 @@ class ControlClient:
     def close_session(self, rollout_id: str) -> SessionInfo:
         return SessionInfo.model_validate(self._call("POST", f"/control/sessions/{rollout_id}/close"))
 
+    def set_policy_version(self, version: int) -> None:
+        self._call("PUT", "/control/policy_version", json={"version": version})
+
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             reply = self._http.request(method, path, **kwargs)

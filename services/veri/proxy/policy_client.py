@@ -21,7 +21,7 @@ class PolicyCompletion:
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str  # stop | length
-    policy_version: int
+    policy_version: int | None  # None: the backend does not report it (vLLM); the trainer sets it
 
 
 class PolicyClient:
@@ -30,7 +30,6 @@ class PolicyClient:
         self.model = model  # None: the policy's only served model (vLLM and hf both default to it)
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=10.0)
         self._http: aiohttp.ClientSession | None = None
-        self.known_version = 0  # for backends that do not report policy_version (vLLM)
 
     async def start(self) -> None:
         self._http = aiohttp.ClientSession(
@@ -78,8 +77,8 @@ class PolicyClient:
         choice = body.choices[0]
         if choice.token_ids is None or choice.logprobs is None:
             raise PolicyUnavailable("policy server returned no token ids / logprobs (needs return_token_ids support)")
-        version = body.policy_version if body.policy_version is not None else self.known_version
-        return PolicyCompletion(choice.token_ids, choice.logprobs.token_logprobs, choice.finish_reason, version)
+        return PolicyCompletion(choice.token_ids, choice.logprobs.token_logprobs, choice.finish_reason,
+                                body.policy_version)
 
 
 def _error_message(payload: bytes) -> str:

@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS spans (
     PRIMARY KEY (rollout_id, request_index)
 );
 CREATE INDEX IF NOT EXISTS spans_by_prefix ON spans (rollout_id, prefix_hash);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
@@ -132,6 +133,17 @@ class SpanStore:
                 (SessionStatus.CLOSED.value, time.time(), rollout_id),
             )
         return self.get_session(rollout_id)
+
+    # --- policy version (for backends that do not report it, e.g. vLLM) -------------------------
+
+    def set_policy_version(self, version: int) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES ('policy_version', ?)", (str(version),))
+
+    def policy_version(self) -> int:
+        with self._lock:
+            found = self._db.execute("SELECT value FROM meta WHERE key = 'policy_version'").fetchone()
+        return int(found[0]) if found else 0
 
     # --- spans ------------------------------------------------------------------------------
 

@@ -11,6 +11,8 @@ import secrets
 
 from fastapi import APIRouter, Depends, Request
 
+from pydantic import BaseModel, Field
+
 from veri.core.records import SessionCreate, SessionInfo, Span
 from veri.proxy.deps import capture_service, parse_body
 from veri.proxy.errors import ControlUnauthorized
@@ -33,6 +35,10 @@ def require_control(request: Request) -> None:
     if not loopback:
         raise ControlUnauthorized("no control token is configured: control routes accept loopback clients only; "
                                   "set VERI_CONTROL_TOKEN to allow remote trainers")
+
+
+class PolicyVersionUpdate(BaseModel):
+    version: int = Field(ge=0)
 
 
 router = APIRouter(prefix="/control", dependencies=[Depends(require_control)])
@@ -61,6 +67,16 @@ async def get_session(rollout_id: str, request: Request) -> SessionInfo:
 @router.get("/sessions/{rollout_id}/spans")
 async def session_spans(rollout_id: str, request: Request) -> list[Span]:
     return capture_service(request).store.spans(rollout_id)
+
+
+@router.put("/policy_version")
+async def set_policy_version(request: Request) -> dict[str, int]:
+    """The trainer announces the policy version after a weight sync to a backend that does not
+    report one itself (vLLM); spans then carry it."""
+    capture = capture_service(request)
+    body = parse_body(PolicyVersionUpdate, await read_json_body(request, capture.settings.max_body_bytes))
+    capture.store.set_policy_version(body.version)
+    return {"policy_version": body.version}
 
 
 @router.post("/sessions/{rollout_id}/close")
