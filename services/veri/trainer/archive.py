@@ -1,0 +1,334 @@
+"""The job archive: every rollout record, per-step metrics and logs of one job, faceted by policy step.
+
+Files are the source of truth (layout and write rules: `archive_layout`); index.sqlite serves the
+console and is rebuilt from the files whenever it is missing, damaged or behind (`archive_index`).
+
+Steps. Archive step N holds the rollouts sampled by policy version N, i.e. at TRL `state.global_step`
+N, which the optimizer step N -> N+1 trains on. A step is *complete* once its metrics line is in
+metrics.jsonl (`write_step_metrics` is the commit point); rollouts of a later step are leftovers of
+a run that stopped mid-step. Writing into a completed step raises: it would duplicate archived work.
+
+Resume, end to end (`make train CONFIG=... RESUME=1`):
+  1. TRL saves checkpoints into output_dir/checkpoint-<global_step> (`save_steps`); trainer_state.json
+     is written last, so `latest_checkpoint` skips a folder without a readable one (a save cut short).
+  2. On start with resume, the loop calls `prepare_resume(archive, output_dir)`: it finds that
+     checkpoint (global_step G) and `discard_incomplete_steps(after=G - 1)`: every archive step >= G and
+     every incomplete step moves to incomplete/ (never deleted), with its index rows and metrics lines,
+     because the resumed run samples step G again from the restored weights.
+  3. `trainer.train(resume_from_checkpoint=str(checkpoint))` restores weights, optimizer, scheduler,
+     RNG and global_step; the next rollouts are written as step G. TensorBoard hides the events of
+     the stopped run from step G on (`purge_step`); W&B resumes the same run (id in wandb-run-id).
+  Without a checkpoint, training restarts at step 0 and every archived step is set aside.
+  Write a step's metrics before TRL saves that step's checkpoint (a TrainerCallback's `on_step_end`
+  runs before the save); otherwise a crash between the two leaves a step that is trained but unarchived.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sqlite3
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Self
+
+from veri.core.rollouts import RolloutRecord
+from veri.trainer.archive_index import (
+    ArchiveIndex,
+    IndexReport,
+    IndexWriter,
+    index_row,
+    read_rollout,
+    rebuild_index,
+)
+from veri.trainer.archive_layout import (
+    ArchiveLayout,
+    append_line,
+    atomic_write,
+    cut_partial_tail,
+    read_metrics,
+)
+from veri.trainer.archive_metrics import MetricSinks, step_metrics
+
+__all__ = [
+    "ArchiveInUse", "ArchiveIndex", "ArchiveLayout", "IndexReport", "JobArchive", "checkpoint_step",
+    "latest_checkpoint", "prepare_resume", "read_metrics", "read_rollout", "rebuild_index", "step_metrics",
+]
+
+JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
+TRAINER_STATE = "trainer_state.json"
+
+
+class ArchiveInUse(RuntimeError):
+    """Another process (or another JobArchive in this one) is writing the same job archive."""
+
+
+class JobArchive:
+    """The trainer's writer for root/job_name. One per job at a time (a lock file enforces it).
+
+    Thread-safe: rollouts may be written from several threads.
+    """
+
+    def __init__(self, root: Path, job_name: str) -> None:
+        if not JOB_NAME.match(job_name):
+            raise ValueError(f"job name {job_name!r}: use letters, digits, '.', '_' and '-' (a folder name)")
+        self.job_name = job_name
+        self.layout = ArchiveLayout(Path(root).resolve() / job_name)
+        self.dir = self.layout.dir
+        for folder in (self.layout.trajectories, self.layout.logs):
+            folder.mkdir(parents=True, exist_ok=True)
+        self._mutex = threading.RLock()
+        self._lock_fd = _lock(self.dir / "writer.lock")
+        self._reader: ArchiveIndex | None = None
+        try:
+            self._recover()
+            self._index = self._open_index()
+        except BaseException:
+            _unlock(self._lock_fd)
+            raise
+        self._last_completed = self.last_completed_step()
+        self._sinks = MetricSinks(self.dir, job_name, self.log)
+
+    # --- writing -----------------------------------------------------------------------------------
+
+    def write_rollout(self, step: int, record: RolloutRecord, *, harness_log: str | None = None) -> Path:
+        """Archive one rollout of `step` (atomically) and index it; `harness_log` goes to rollout-<K>.log."""
+        self._check_open_step(step, "write a rollout into")
+        if record.policy_step is None:
+            record = record.model_copy(update={"policy_step": step})
+        elif record.policy_step != step:
+            raise ValueError(f"rollout {record.rollout_id} has policy_step {record.policy_step}, written as {step}")
+        path = self.layout.rollout_path(step, record.task_index, record.rollout_index)
+        atomic_write(path, record.model_dump_json().encode("utf-8"))
+        if harness_log is not None:
+            atomic_write(path.with_suffix(".log"), harness_log.encode("utf-8", errors="replace"))
+        row = index_row(step, record, self.layout.relative(path))
+        with self._mutex:
+            self._index.upsert_rollout(row)
+        return path
+
+    def write_step_metrics(self, step: int, metrics: dict[str, float | int]) -> None:
+        """Complete `step`: append its metrics line, index it, send it to TensorBoard / W&B.
+
+        The line is {"step": N, "wall_time": unix seconds, **metrics}; a non-finite value is written as null.
+        """
+        with self._mutex:
+            self._check_open_step(step, "write metrics for")
+            clean = {key: _finite(value) for key, value in metrics.items() if key not in ("step", "wall_time")}
+            line = {"step": step, "wall_time": time.time(), **clean}
+            append_line(self.layout.metrics, json.dumps(line, allow_nan=False))
+            self._last_completed = step
+            self._index.upsert_step(step, line)
+            self._sinks.write(step, {key: value for key, value in clean.items() if value is not None})
+
+    def log(self, message: str) -> None:
+        """Append `message` to logs/train.log, prefixed with a UTC timestamp (continuation lines indented)."""
+        stamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        text = str(message).rstrip("\n").replace("\n", "\n    ")
+        append_line(self.layout.train_log, f"{stamp} {text}")
+
+    # --- steps and resume --------------------------------------------------------------------------
+
+    def last_completed_step(self) -> int | None:
+        """The last step whose metrics line exists in metrics.jsonl (None: no step completed yet)."""
+        lines = read_metrics(self.layout.metrics)
+        return lines[-1]["step"] if lines else None
+
+    def discard_incomplete_steps(self, after: int | None = None) -> list[int]:
+        """Set aside, for resume, every step after the last completed one (and, given `after`, every step
+        after `after`): trajectories move to incomplete/step-<N>, metrics lines to incomplete/metrics.jsonl,
+        index rows are dropped. Returns the steps set aside, ascending."""
+        with self._mutex:
+            completed = self.last_completed_step()
+            keep = -1 if completed is None else completed
+            if after is not None:
+                keep = min(keep, after)
+            discarded: set[int] = set()
+            lines = read_metrics(self.layout.metrics)
+            dropped = [line for line in lines if line["step"] > keep]
+            if dropped:
+                for line in dropped:
+                    append_line(self.layout.incomplete / "metrics.jsonl", json.dumps(line))
+                kept = "".join(json.dumps(line) + "\n" for line in lines if line["step"] <= keep)
+                atomic_write(self.layout.metrics, kept.encode("utf-8"))
+                discarded |= {line["step"] for line in dropped}
+            for step in self.layout.steps_on_disk():
+                if step > keep:
+                    self.layout.incomplete.mkdir(exist_ok=True)
+                    destination = _unused(self.layout.incomplete / f"step-{step}")
+                    os.replace(self.layout.step_dir(step), destination)
+                    discarded.add(step)
+            self._index.drop_steps_after(keep)
+            self._last_completed = self.last_completed_step()
+            if discarded:
+                self.log(f"resume: kept steps <= {keep}; set aside steps {sorted(discarded)} in incomplete/")
+            return sorted(discarded)
+
+    # --- reading (the console's helpers, on this archive) ----------------------------------------------
+
+    def list_steps(self) -> list[dict[str, Any]]:
+        return self._read().list_steps()
+
+    def rollouts(
+        self, step: int | None = None, status: str | None = None, rule: str | None = None, limit: int = 100,
+        offset: int = 0, *, trainable: bool | None = None,
+    ) -> list[dict[str, Any]]:
+        return self._read().rollouts(step, status, rule, limit, offset, trainable=trainable)
+
+    def read_rollout(self, path: str | Path) -> RolloutRecord:
+        return self._read().read_rollout(path)
+
+    def metrics(self) -> list[dict[str, Any]]:
+        return read_metrics(self.layout.metrics)
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._lock_fd is None:
+                return
+            self._sinks.close()
+            if self._reader is not None:
+                self._reader.close()
+            self._index.close()
+            _unlock(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- internals -----------------------------------------------------------------------------------
+
+    def _check_open_step(self, step: int, action: str) -> None:
+        if self._lock_fd is None:
+            raise RuntimeError(f"archive {self.dir} is closed")
+        if step < 0:
+            raise ValueError(f"step {step}: steps start at 0")
+        if self._last_completed is not None and step <= self._last_completed:
+            raise ValueError(
+                f"cannot {action} step {step}: step {self._last_completed} is already complete in {self.dir}"
+                " (on resume, call discard_incomplete_steps(after=<checkpoint step> - 1) or prepare_resume first)"
+            )
+
+    def _recover(self) -> None:
+        """Undo what a crash can leave: a partial metrics line, temp files."""
+        cut = cut_partial_tail(self.layout.metrics)
+        if cut:
+            self.log(f"metrics.jsonl ended in a partial line (a crash mid-write); removed {len(cut)} bytes")
+        stale = list(self.layout.stale_temp_files())
+        for path in stale:
+            path.unlink(missing_ok=True)
+        if stale:
+            self.log(f"removed {len(stale)} temp file(s) a crashed writer left behind")
+
+    def _open_index(self) -> IndexWriter:
+        index = None
+        try:
+            index = IndexWriter(self.layout.index)
+            report = index.sync(self.layout)
+        except sqlite3.DatabaseError as error:
+            if index is not None:
+                index.close()
+            self.log(f"index.sqlite unusable ({error}); rebuilding it from the files")
+            for suffix in ("", "-journal"):
+                Path(f"{self.layout.index}{suffix}").unlink(missing_ok=True)
+            index = IndexWriter(self.layout.index)
+            report = index.sync(self.layout)
+        if report.added or report.dropped:
+            self.log(f"index: added {len(report.added)} rollout row(s), dropped {len(report.dropped)} stale")
+        for problem in report.unreadable:
+            self.log(f"index: unreadable rollout file {problem}")
+        return index
+
+    def _read(self) -> ArchiveIndex:
+        if self._reader is None:
+            self._reader = ArchiveIndex(self.dir)
+        return self._reader
+
+
+def latest_checkpoint(output_dir: Path) -> Path | None:
+    """The highest output_dir/checkpoint-<N> that is complete (has a readable trainer_state.json)."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return None
+    found = [(CHECKPOINT_DIR.match(p.name), p) for p in output_dir.iterdir() if p.is_dir()]
+    for _, folder in sorted(((int(m.group(1)), p) for m, p in found if m), reverse=True):
+        if _trainer_state(folder) is not None:
+            return folder
+    return None
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    """The global_step a checkpoint was saved at (trainer_state.json, else the folder's number)."""
+    state = _trainer_state(Path(checkpoint)) or {}
+    step = state.get("global_step")
+    if isinstance(step, int):
+        return step
+    match = CHECKPOINT_DIR.match(Path(checkpoint).name)
+    if not match:
+        raise ValueError(f"{checkpoint} is not a checkpoint-<N> folder")
+    return int(match.group(1))
+
+
+def prepare_resume(archive: JobArchive, output_dir: Path) -> Path | None:
+    """Line the archive up with the latest complete checkpoint; returns it (None: start from step 0).
+
+    Pass the result to `trainer.train(resume_from_checkpoint=...)` (as str, or None)."""
+    checkpoint = latest_checkpoint(output_dir)
+    step = checkpoint_step(checkpoint) if checkpoint else 0
+    discarded = archive.discard_incomplete_steps(after=step - 1)
+    where = f"checkpoint {checkpoint}" if checkpoint else "no checkpoint: starting over"
+    archive.log(f"resume from {where}; next step {step}; steps set aside: {discarded or 'none'}")
+    return checkpoint
+
+
+def _trainer_state(folder: Path) -> dict[str, Any] | None:
+    try:
+        state = json.loads((folder / TRAINER_STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def _finite(value: Any) -> float | int | None:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _unused(path: Path) -> Path:
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}~{n}")
+    return candidate
+
+
+def _lock(path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except ImportError:  # not POSIX: no lock
+        pass
+    except OSError:
+        os.close(fd)
+        raise ArchiveInUse(f"another trainer is writing the archive {path.parent} (it holds {path})") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _unlock(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)  # closing the descriptor releases the flock

@@ -1,0 +1,268 @@
+"""The archive's SQLite index (index.sqlite): what the console lists and filters. Rebuildable from the files.
+
+    rollouts(step, task_index, rollout_index, rollout_id, status, reward, trainable, verdicts, turns,
+             prompt_tokens, completion_tokens, environment_tokens, policy_version, policy_versions, path)
+        one row per trajectories/step-<N>/task-<M>/rollout-<K>.json; key (step, task_index, rollout_index)
+        verdicts: the distinct rule names that fired, comma-separated in order ("" when none)
+        turns: spans in the rollout; *_tokens: from the episode row (0 without a row; completion = sampled)
+        policy_version: the highest version over its spans (NULL without spans); policy_versions: all, "3,4"
+        path: the rollout file relative to the archive folder ("trajectories/step-0/task-1/rollout-2.json")
+    steps(step, metrics)
+        one row per line of metrics.jsonl (metrics: that line's JSON): the completed steps
+
+The trainer writes it (`IndexWriter`, one connection, a commit per row); the console reads it with
+`ArchiveIndex`, which opens the database read-only, so a read-only archive mount works. The database
+uses SQLite's default rollback journal (no WAL), because WAL needs a writable folder even to read.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+from veri.core.rollouts import RolloutRecord
+from veri.trainer.archive_layout import ArchiveLayout, read_metrics
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 10_000
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS rollouts (
+    step INTEGER NOT NULL,
+    task_index INTEGER NOT NULL,
+    rollout_index INTEGER NOT NULL,
+    rollout_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    reward REAL,
+    trainable INTEGER NOT NULL,
+    verdicts TEXT NOT NULL,
+    turns INTEGER NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    environment_tokens INTEGER NOT NULL,
+    policy_version INTEGER,
+    policy_versions TEXT NOT NULL,
+    path TEXT NOT NULL,
+    PRIMARY KEY (step, task_index, rollout_index)
+);
+CREATE INDEX IF NOT EXISTS rollouts_by_status ON rollouts (step, status);
+CREATE INDEX IF NOT EXISTS rollouts_by_id ON rollouts (rollout_id);
+CREATE TABLE IF NOT EXISTS steps (step INTEGER PRIMARY KEY, metrics TEXT NOT NULL);
+"""
+COLUMNS = (
+    "step", "task_index", "rollout_index", "rollout_id", "status", "reward", "trainable", "verdicts", "turns",
+    "prompt_tokens", "completion_tokens", "environment_tokens", "policy_version", "policy_versions", "path",
+)
+
+
+def index_row(step: int, record: RolloutRecord, path: str) -> dict[str, Any]:
+    """The index row of one rollout record (`path` relative to the archive folder)."""
+    rules = list(dict.fromkeys(str(verdict.rule) for verdict in record.verdicts))
+    row = record.episode.row
+    sampled = sum(row.env_mask) if row else 0
+    versions = sorted({span.policy_version for span in record.spans})
+    return {
+        "step": step,
+        "task_index": record.task_index,
+        "rollout_index": record.rollout_index,
+        "rollout_id": record.rollout_id,
+        "status": str(record.status),
+        "reward": record.reward.reward if record.reward else None,
+        "trainable": int(record.trainable),
+        "verdicts": ",".join(rules),
+        "turns": len(record.spans),
+        "prompt_tokens": len(row.prompt_ids) if row else 0,
+        "completion_tokens": sampled,
+        "environment_tokens": len(row.env_mask) - sampled if row else 0,
+        "policy_version": versions[-1] if versions else None,
+        "policy_versions": ",".join(map(str, versions)),
+        "path": path,
+    }
+
+
+def read_rollout(path: Path) -> RolloutRecord:
+    """One archived rollout file as a `RolloutRecord`."""
+    return RolloutRecord.model_validate_json(Path(path).read_bytes())
+
+
+class IndexWriter:
+    """The trainer's connection to index.sqlite."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        if version not in (0, SCHEMA_VERSION):
+            raise sqlite3.DatabaseError(f"index schema version {version}, this veri writes {SCHEMA_VERSION}")
+        self.db.executescript(SCHEMA)
+        self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self.db.commit()
+
+    def upsert_rollout(self, row: dict[str, Any]) -> None:
+        placeholders = ", ".join("?" for _ in COLUMNS)
+        with self.db:
+            self.db.execute(
+                f"INSERT OR REPLACE INTO rollouts ({', '.join(COLUMNS)}) VALUES ({placeholders})",
+                [row[column] for column in COLUMNS],
+            )
+
+    def upsert_step(self, step: int, metrics: dict[str, Any]) -> None:
+        with self.db:
+            self.db.execute("INSERT OR REPLACE INTO steps (step, metrics) VALUES (?, ?)", (step, json.dumps(metrics)))
+
+    def drop_steps_after(self, step: int) -> None:
+        with self.db:
+            self.db.execute("DELETE FROM rollouts WHERE step > ?", (step,))
+            self.db.execute("DELETE FROM steps WHERE step > ?", (step,))
+
+    def sync(self, layout: ArchiveLayout) -> IndexReport:
+        """Bring the index in line with the files: index rollout files it lacks, drop rows whose file is gone,
+        and replace the steps table with metrics.jsonl. Rows of files already indexed are kept as they are."""
+        report = IndexReport()
+        indexed = {path for (path,) in self.db.execute("SELECT path FROM rollouts")}
+        on_disk = {}
+        for step, file in layout.rollout_files():
+            on_disk[layout.relative(file)] = (step, file)
+        with self.db:
+            for path in indexed - set(on_disk):
+                self.db.execute("DELETE FROM rollouts WHERE path = ?", (path,))
+                report.dropped.append(path)
+        for path in sorted(set(on_disk) - indexed):
+            step, file = on_disk[path]
+            try:
+                record = read_rollout(file)
+            except (OSError, ValueError) as error:
+                report.unreadable.append(f"{path}: {error}")
+                continue
+            self.upsert_rollout(index_row(step, record, path))
+            report.added.append(path)
+        report.rollouts = len(on_disk) - len(report.unreadable)
+        with self.db:
+            self.db.execute("DELETE FROM steps")
+            for line in read_metrics(layout.metrics):
+                self.db.execute("INSERT INTO steps (step, metrics) VALUES (?, ?)", (line["step"], json.dumps(line)))
+                report.steps += 1
+        return report
+
+    def close(self) -> None:
+        self.db.close()
+
+
+@dataclass
+class IndexReport:
+    rollouts: int = 0  # rollout rows the index holds from the files
+    steps: int = 0  # completed steps (metrics lines)
+    added: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)  # "path: error" of files that do not parse
+
+
+def rebuild_index(archive_dir: Path) -> IndexReport:
+    """Regenerate index.sqlite of a job's archive folder from its files alone (the files are the truth).
+
+    Builds a fresh database beside the old one and swaps it in, so a reader never sees a half-built index.
+    Do not run it while a trainer is writing the same archive.
+    """
+    layout = ArchiveLayout(Path(archive_dir))
+    fresh = layout.index.with_name(f".{layout.index.name}.rebuild.tmp")
+    for leftover in (fresh, fresh.with_name(fresh.name + "-journal")):
+        leftover.unlink(missing_ok=True)
+    writer = IndexWriter(fresh)
+    try:
+        report = writer.sync(layout)
+    finally:
+        writer.close()
+    fresh.replace(layout.index)
+    return report
+
+
+class ArchiveIndex:
+    """Read-only queries over a job archive, for the console. Rows are dicts; `verdicts` is a list of rule
+    names, `trainable` a bool; `path` is relative to the archive folder (pass it to `read_rollout`)."""
+
+    def __init__(self, archive_dir: Path) -> None:
+        self.layout = ArchiveLayout(Path(archive_dir).resolve())
+        if not self.layout.index.is_file():
+            raise FileNotFoundError(f"no archive index at {self.layout.index} (the trainer creates it)")
+        uri = f"{self.layout.index.as_uri()}?mode=ro"
+        self.db = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        self.db.row_factory = sqlite3.Row
+
+    def list_steps(self) -> list[dict[str, Any]]:
+        """Every step with rollouts or metrics, ascending: {step, complete, rollouts, metrics (None until
+        the step completes)}. The step in progress shows up with complete False."""
+        steps: dict[int, dict[str, Any]] = {}
+        for step, count in self.db.execute("SELECT step, COUNT(*) FROM rollouts GROUP BY step"):
+            steps[step] = {"step": step, "complete": False, "rollouts": count, "metrics": None}
+        for step, metrics in self.db.execute("SELECT step, metrics FROM steps"):
+            entry = steps.setdefault(step, {"step": step, "rollouts": 0})
+            entry |= {"complete": True, "metrics": json.loads(metrics)}
+        return [steps[step] for step in sorted(steps)]
+
+    def rollouts(
+        self,
+        step: int | None = None,
+        status: str | None = None,
+        rule: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        *,
+        trainable: bool | None = None,
+    ) -> list[dict[str, Any]]:
+        """Index rows, filtered (rule: rollouts where that rule fired), ordered by step, task, rollout."""
+        where, params = _filters(step, status, rule, trainable)
+        query = f"SELECT * FROM rollouts{where} ORDER BY step, task_index, rollout_index LIMIT ? OFFSET ?"
+        return [_row(row) for row in self.db.execute(query, [*params, limit, offset])]
+
+    def count_rollouts(
+        self, step: int | None = None, status: str | None = None, rule: str | None = None, *,
+        trainable: bool | None = None,
+    ) -> int:
+        where, params = _filters(step, status, rule, trainable)
+        return self.db.execute(f"SELECT COUNT(*) FROM rollouts{where}", params).fetchone()[0]
+
+    def read_rollout(self, path: str | Path) -> RolloutRecord:
+        """The record at an index row's `path`; refuses a path outside the archive folder."""
+        full = (self.layout.dir / path).resolve()
+        if not full.is_relative_to(self.layout.dir):
+            raise ValueError(f"{path} is outside the archive {self.layout.dir}")
+        return read_rollout(full)
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """Every completed step's metrics line, from metrics.jsonl (the source of truth), ascending."""
+        return read_metrics(self.layout.metrics)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _filters(step: int | None, status: str | None, rule: str | None, trainable: bool | None) -> tuple[str, list]:
+    clauses, params = [], []
+    if step is not None:
+        clauses.append("step = ?")
+        params.append(step)
+    if status is not None:
+        clauses.append("status = ?")
+        params.append(str(status))
+    if rule is not None:
+        clauses.append("instr(',' || verdicts || ',', ',' || ? || ',') > 0")
+        params.append(str(rule))
+    if trainable is not None:
+        clauses.append("trainable = ?")
+        params.append(int(trainable))
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+def _row(row: sqlite3.Row) -> dict[str, Any]:
+    item = dict(row)
+    item["trainable"] = bool(item["trainable"])
+    item["verdicts"] = item["verdicts"].split(",") if item["verdicts"] else []
+    return item

@@ -1,0 +1,180 @@
+"""Per-step metrics: computed from a step's rollout records, sent to TensorBoard and W&B when available.
+
+`step_metrics` keys (all numbers; a key whose value would be undefined, e.g. a mean over nothing, is left out):
+
+    rollouts, trainable, masked                     records in the step; used in the loss; not used
+    reward/scored                                   rollouts with a reward (not None)
+    reward/mean, reward/std, reward/min, reward/max over scored rollouts (std: population, ddof=0)
+    reward_fn/<name>/mean                           each reward function's own values (None skipped)
+    status/<completed|failed|truncated>             rollouts per harness status (zeros included)
+    rule/<name>                                     rollouts where that rule fired, every Rule (zeros included)
+    tokens/prompt, tokens/completion, tokens/environment
+                                                    summed over episode rows (completion = sampled tokens,
+                                                    env_mask 1; environment = bridged turns, env_mask 0)
+    tokens/trainable_completion                     sampled tokens of trainable rollouts (what the loss sees)
+    tokens/completion_mean                          sampled tokens per row
+    turns/mean, turns/max                           spans (model calls) per rollout
+    policy_version/min, /max, /distinct             over every span of the step
+    time/<name>_s                                   each timing given (rollout, reward, train, weight_sync)
+    time/step_s                                     timings["step"] when given, else the sum of the others
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from veri.core.episodes import RolloutStatus, Rule
+from veri.core.rollouts import RolloutRecord
+
+Metrics = dict[str, float | int]
+
+
+def step_metrics(records: list[RolloutRecord], timings: dict[str, float]) -> Metrics:
+    metrics: Metrics = {"rollouts": len(records)}
+    trainable = sum(record.trainable for record in records)
+    metrics |= {"trainable": trainable, "masked": len(records) - trainable}
+
+    rewards = [r.reward.reward for r in records if r.reward is not None and r.reward.reward is not None]
+    metrics["reward/scored"] = len(rewards)
+    if rewards:
+        metrics |= {
+            "reward/mean": statistics.fmean(rewards),
+            "reward/std": statistics.pstdev(rewards),
+            "reward/min": min(rewards),
+            "reward/max": max(rewards),
+        }
+    per_function: dict[str, list[float]] = {}
+    for record in records:
+        for name, value in (record.reward.per_function if record.reward else {}).items():
+            values = per_function.setdefault(name, [])
+            if value is not None and math.isfinite(value):
+                values.append(value)
+    metrics |= {f"reward_fn/{name}/mean": statistics.fmean(v) for name, v in per_function.items() if v}
+
+    metrics |= {f"status/{status.value}": sum(r.status == status for r in records) for status in RolloutStatus}
+    fired = [{verdict.rule for verdict in record.verdicts} for record in records]
+    metrics |= {f"rule/{rule.value}": sum(rule in rules for rules in fired) for rule in Rule}
+
+    rows = [record.episode.row for record in records if record.episode.row is not None]
+    sampled = [sum(row.env_mask) for row in rows]
+    metrics |= {
+        "tokens/prompt": sum(len(row.prompt_ids) for row in rows),
+        "tokens/completion": sum(sampled),
+        "tokens/environment": sum(len(row.env_mask) for row in rows) - sum(sampled),
+        "tokens/trainable_completion": sum(
+            sum(record.episode.row.env_mask) for record in records if record.trainable and record.episode.row
+        ),
+    }
+    if rows:
+        metrics["tokens/completion_mean"] = statistics.fmean(sampled)
+
+    turns = [len(record.spans) for record in records]
+    if turns:
+        metrics |= {"turns/mean": statistics.fmean(turns), "turns/max": max(turns)}
+    versions = {span.policy_version for record in records for span in record.spans}
+    if versions:
+        metrics |= {
+            "policy_version/min": min(versions),
+            "policy_version/max": max(versions),
+            "policy_version/distinct": len(versions),
+        }
+
+    metrics |= {f"time/{name}_s": float(seconds) for name, seconds in timings.items() if name != "step"}
+    metrics["time/step_s"] = float(timings["step"]) if "step" in timings else float(sum(timings.values()))
+    return metrics
+
+
+class MetricSinks:
+    """TensorBoard and W&B, each optional: a missing package or a failing sink is reported once, then skipped.
+
+    `report` receives one line per event (the archive logs it to logs/train.log).
+    """
+
+    def __init__(self, archive_dir: Path, job_name: str, report: Callable[[str], None]) -> None:
+        self._dir = archive_dir
+        self._job_name = job_name
+        self._report = report
+        self._tensorboard: Any = None
+        self._tensorboard_off = False
+        self._wandb_run: Any = None
+        self._wandb_off = not os.environ.get("WANDB_API_KEY")
+
+    def write(self, step: int, metrics: Metrics) -> None:
+        self._write_tensorboard(step, metrics)
+        self._write_wandb(step, metrics)
+
+    def close(self) -> None:
+        for sink, close in ((self._tensorboard, "close"), (self._wandb_run, "finish")):
+            if sink is not None:
+                try:
+                    getattr(sink, close)()
+                except Exception as error:  # noqa: BLE001 - closing a sink must never fail the job
+                    self._report(f"metrics sink {type(sink).__name__}.{close}() failed: {error!r}")
+        self._tensorboard = self._wandb_run = None
+
+    def _write_tensorboard(self, step: int, metrics: Metrics) -> None:
+        if self._tensorboard_off:
+            return
+        try:
+            if self._tensorboard is None:
+                self._tensorboard = self._open_tensorboard(step)
+                if self._tensorboard is None:
+                    return
+            for key, value in metrics.items():
+                self._tensorboard.add_scalar(key, value, step)
+            self._tensorboard.flush()
+        except Exception as error:  # noqa: BLE001 - TensorBoard is optional; metrics.jsonl is the record
+            self._tensorboard_off = True
+            self._report(f"TensorBoard disabled after an error (metrics.jsonl still has every step): {error!r}")
+
+    def _open_tensorboard(self, step: int) -> Any:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            self._tensorboard_off = True
+            self._report("TensorBoard not installed (pip install tensorboard): metrics go to metrics.jsonl only")
+            return None
+        folder = self._dir / "tensorboard"
+        resumed = folder.is_dir() and any(folder.glob("events.out.tfevents.*"))
+        # On resume, hide events a crashed run logged at this step or later (they are re-run).
+        return SummaryWriter(log_dir=str(folder), purge_step=step if resumed else None)
+
+    def _write_wandb(self, step: int, metrics: Metrics) -> None:
+        if self._wandb_off:
+            return
+        try:
+            if self._wandb_run is None:
+                self._wandb_run = self._open_wandb()
+                if self._wandb_run is None:
+                    return
+            self._wandb_run.log(dict(metrics), step=step)
+        except Exception as error:  # noqa: BLE001 - W&B is optional
+            self._wandb_off = True
+            self._report(f"W&B disabled after an error (metrics.jsonl still has every step): {error!r}")
+
+    def _open_wandb(self) -> Any:
+        try:
+            import wandb
+        except ImportError:
+            self._wandb_off = True
+            self._report("WANDB_API_KEY is set but wandb is not installed (pip install wandb): W&B skipped")
+            return None
+        id_file = self._dir / "wandb-run-id"
+        run_id = id_file.read_text().strip() if id_file.is_file() else None
+        if not run_id:
+            run_id = wandb.util.generate_id() if hasattr(wandb, "util") else os.urandom(4).hex()
+            id_file.write_text(run_id + "\n")
+        run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", "veri"),
+            name=self._job_name,
+            id=run_id,
+            resume="allow",
+            dir=str(self._dir),
+        )
+        self._report(f"W&B run {run_id} (project {os.environ.get('WANDB_PROJECT', 'veri')})")
+        return run
