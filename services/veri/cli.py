@@ -10,6 +10,7 @@ from veri.models import cli as models_cli
 from veri.policy import cli as policy_cli
 from veri.proxy import cli as proxy_cli
 from veri.trainer import cli as trainer_cli
+from veri.webfixture import cli as webfixture_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,9 +23,11 @@ def build_parser() -> argparse.ArgumentParser:
     services = serve.add_subparsers(dest="service", required=True, metavar="SERVICE")
     policy_cli.register_serve(services)
     proxy_cli.register_serve(services)
+    webfixture_cli.register_serve(services)
 
     proxy_cli.register_session(commands)
     trainer_cli.register(commands)
+    webfixture_cli.register(commands)
     return parser
 
 

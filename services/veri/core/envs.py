@@ -23,3 +23,6 @@ VERI_ROLLOUT_INDEX = "VERI_ROLLOUT_INDEX"
 VERI_ROLLOUT_ID = "VERI_ROLLOUT_ID"
 VERI_MAX_TURNS = "VERI_MAX_TURNS"
 VERI_OUTPUT_DIR = "VERI_OUTPUT_DIR"
+
+# --- the URL-extraction demo (not part of the harness contract) -------------------------------
+VERI_WEBFIXTURE_URL = "VERI_WEBFIXTURE_URL"  # base URL `veri data url-extract` builds page URLs on (default http://webfixture:8080)

@@ -1,0 +1,115 @@
+"""The demo's harness bundles, end to end without docker: each entrypoint runs as a plain subprocess
+with the exact rollout environment, against a real webfixture, capture proxy and (scripted) policy."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from tests.demo.conftest import BUNDLES, run_bundle
+from tests.proxy.conftest import assert_bridged_chain
+from veri.core.harness import load_manifest
+
+
+def load_agent(bundle: str):
+    spec = importlib.util.spec_from_file_location(f"agent_{bundle}", BUNDLES / bundle / "agent.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_manifests():
+    openai_bundle = load_manifest(BUNDLES / "url_extract_openai")
+    assert (openai_bundle.name, openai_bundle.base_image, openai_bundle.protocol) == (
+        "url_extract_openai", "veri/base", "openai")
+    assert openai_bundle.entrypoint == ["python", "agent.py"]
+    claude_bundle = load_manifest(BUNDLES / "url_extract_claude")
+    assert (claude_bundle.name, claude_bundle.base_image, claude_bundle.protocol) == (
+        "url_extract_claude", "veri/base-claude-agent", "anthropic")
+
+
+@pytest.mark.parametrize("bundle", ["url_extract_openai", "url_extract_claude"])
+@pytest.mark.parametrize(("text", "answer"), [
+    ("ANSWER: https://a.test/x", "https://a.test/x"),
+    ("The link is below.\nANSWER: <https://a.test/x?plan=team>.", "https://a.test/x?plan=team"),
+    ("ANSWER: `https://a.test/1` then\nANSWER: \"https://a.test/2\"", "https://a.test/2"),
+    ("I could not find it.", None),
+    (None, None),
+])
+def test_parse_answer(bundle, text, answer):
+    assert load_agent(bundle).parse_answer(text) == answer
+
+
+def test_openai_bundle_extracts_the_url(demo_proxy, session, control, openai_task, tmp_path):
+    run = run_bundle("url_extract_openai", proxy=demo_proxy, session=session, row=openai_task, tmp_path=tmp_path)
+    assert run.returncode == 0, run.explain()
+    assert run.answer() == openai_task["expected_url"]
+    assert f"ANSWER: {openai_task['expected_url']}" in run.stdout
+
+    first, second = control.spans(session.rollout_id)
+    [call] = first.response["choices"][0]["message"]["tool_calls"]
+    assert call["function"]["name"] == "fetch_url"
+    assert json.loads(call["function"]["arguments"]) == {"url": openai_task["url"]}
+    assert first.response["choices"][0]["finish_reason"] == "tool_calls"
+    assert first.tools and first.tools[0]["function"]["name"] == "fetch_url"
+    tool_result = [m for m in second.messages if m["role"] == "tool"][0]["content"]
+    assert tool_result.startswith("HTTP 200") and f'href="{openai_task["expected_url"]}"' in tool_result
+    assert second.response["choices"][0]["message"]["content"] == f"ANSWER: {openai_task['expected_url']}"
+    assert_bridged_chain([first, second])
+    assert all(s.token_fidelity == "captured" for s in (first, second))
+
+
+def test_openai_bundle_out_of_turns_is_a_finished_rollout(demo_proxy, session, control, openai_task, tmp_path):
+    run = run_bundle("url_extract_openai", proxy=demo_proxy, session=session, row=openai_task, tmp_path=tmp_path,
+                     max_turns=1)
+    assert run.returncode == 0, run.explain()
+    assert run.answer() == "" and "no final reply within 1 model calls" in run.stderr
+    assert len(control.spans(session.rollout_id)) == 1
+
+
+def test_openai_bundle_fails_on_model_api_errors(demo_proxy, session, openai_task, tmp_path):
+    run = run_bundle("url_extract_openai", proxy=demo_proxy, session=session, row=openai_task, tmp_path=tmp_path,
+                     api_key="veri-wrong-key")
+    assert run.returncode == 1, run.explain()
+    assert "model API error" in run.stderr and "401" in run.stderr
+    assert not (run.output_dir / "answer.txt").exists()
+
+
+@pytest.mark.slow
+def test_claude_bundle_extracts_the_url(demo_proxy, session, control, claude_task, tmp_path):
+    run = run_bundle("url_extract_claude", proxy=demo_proxy, session=session, row=claude_task, tmp_path=tmp_path)
+    assert run.returncode == 0, run.explain()
+    assert run.answer() == claude_task["expected_url"]
+    assert json.loads((run.output_dir / "claude-result.json").read_text())["is_error"] is False
+
+    spans = [s for s in control.spans(session.rollout_id) if s.path == "/v1/messages"]
+    first_call = next(i for i, s in enumerate(spans) if s.response["stop_reason"] == "tool_use")
+    [tool_use] = [b for b in spans[first_call].response["content"] if b["type"] == "tool_use"]
+    assert tool_use["name"] == "Bash" and tool_use["input"]["command"] == f"curl -s {claude_task['url']}"
+    after = spans[first_call + 1]
+    tool_results = [m["content"] for m in after.messages if m["role"] == "tool"]
+    assert any(f'href="{claude_task["expected_url"]}"' in str(content) for content in tool_results)
+    assert after.response["stop_reason"] == "end_turn"
+    assert_bridged_chain(spans[first_call:first_call + 2])
+    assert all(s.token_fidelity == "captured" for s in spans)
+
+
+@pytest.mark.slow
+def test_claude_bundle_fails_on_model_api_errors(demo_proxy, session, claude_task, tmp_path):
+    # An unknown rollout (404): Claude Code gives up at once (it retries a 401 for minutes).
+    run = run_bundle("url_extract_claude", proxy=demo_proxy, session=session, row=claude_task, tmp_path=tmp_path,
+                     rollout_id="r-unknown", timeout_s=120)
+    assert run.returncode == 1, run.explain()
+    assert "Claude Code failed (api_error)" in run.stderr, run.explain()
+    assert not (run.output_dir / "answer.txt").exists()
+
+
+@pytest.mark.slow
+def test_claude_bundle_out_of_turns_is_a_finished_rollout(demo_proxy, session, claude_task, tmp_path):
+    run = run_bundle("url_extract_claude", proxy=demo_proxy, session=session, row=claude_task, tmp_path=tmp_path,
+                     max_turns=1)
+    assert run.returncode == 0, run.explain()
+    assert run.answer() == "" and "used up its 1 turns" in run.stderr
+    assert json.loads((run.output_dir / "claude-result.json").read_text())["subtype"] == "error_max_turns"
