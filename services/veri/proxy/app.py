@@ -10,13 +10,13 @@ from contextlib import asynccontextmanager
 import orjson
 import structlog
 import uvicorn
-from fastapi import FastAPI, Request
-from fastapi.responses import ORJSONResponse
+from fastapi import FastAPI, Request, Response
 
 from veri.core import envs
 from veri.proxy.anthropic.api_router import router as anthropic_router
 from veri.proxy.capture import CaptureService
 from veri.proxy.control.api_router import router as control_router
+from veri.proxy.deps import json_response
 from veri.proxy.errors import ProxyError, anthropic_error_body, openai_error_body
 from veri.proxy.openai.api_router import router as openai_router
 from veri.proxy.policy_client import PolicyClient
@@ -40,18 +40,18 @@ def create_app(settings: ProxySettings) -> FastAPI:
         await policy.aclose()
         store.close()
 
-    app = FastAPI(title="veri capture proxy", lifespan=lifespan, default_response_class=ORJSONResponse)
+    app = FastAPI(title="veri capture proxy", lifespan=lifespan)
     app.include_router(openai_router)
     app.include_router(anthropic_router)
     app.include_router(control_router)
 
     @app.exception_handler(ProxyError)
-    async def proxy_error(request: Request, error: ProxyError) -> ORJSONResponse:
+    async def proxy_error(request: Request, error: ProxyError) -> Response:
         # Each protocol gets its own error shape; the Anthropic SDK reads `error.type`.
         anthropic = "/v1/messages" in request.url.path
         body = anthropic_error_body(error) if anthropic else openai_error_body(error)
         log.info("request refused", path=request.url.path, status=error.status_code, reason=error.message)
-        return ORJSONResponse(body, status_code=error.status_code)
+        return json_response(body, status_code=error.status_code)
 
     @app.get("/health")
     async def health() -> dict[str, str]:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
-from fastapi import Request
+import orjson
+from fastapi import Request, Response
 from pydantic import BaseModel, ValidationError
 
 from veri.proxy.capture import CaptureService
 from veri.proxy.errors import InvalidRequest
+from veri.proxy.requests import presented_key, read_json_body
+from veri.proxy.store import SessionRow
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -21,6 +25,10 @@ def served_model(request: Request) -> str:
     return request.app.state.model_name
 
 
+def json_response(body: dict[str, Any], status_code: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status_code, media_type="application/json")
+
+
 def parse_body(model: type[Model], body: dict[str, Any]) -> Model:
     try:
         return model.model_validate(body)
@@ -29,3 +37,20 @@ def parse_body(model: type[Model], body: dict[str, Any]) -> Model:
             f"{'.'.join(str(part) for part in error['loc']) or 'body'}: {error['msg']}" for error in exc.errors()[:5]
         )
         raise InvalidRequest(f"invalid request: {problems}") from exc
+
+
+@dataclass(frozen=True)
+class RolloutCall(Generic[Model]):
+    """An authorized harness request: its session, raw body (recorded as sent) and parsed body."""
+
+    capture: CaptureService
+    session: SessionRow
+    body: dict[str, Any]
+    parsed: Model
+
+
+async def rollout_call(request: Request, rollout_id: str, model: type[Model]) -> RolloutCall[Model]:
+    capture = capture_service(request)
+    session = capture.store.authorize(rollout_id, presented_key(request))
+    body = await read_json_body(request, capture.settings.max_body_bytes)
+    return RolloutCall(capture, session, body, parse_body(model, body))

@@ -3,57 +3,53 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import ORJSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
 from veri.core.records import Protocol
 from veri.proxy.capture import CaptureService
-from veri.proxy.deps import capture_service, parse_body, served_model
+from veri.proxy.deps import capture_service, json_response, rollout_call, served_model
 from veri.proxy.errors import InvalidRequest
 from veri.proxy.openai import serving
 from veri.proxy.openai.protocol import ChatCompletionRequest, CompletionRequest
-from veri.proxy.requests import presented_key, read_json_body
+from veri.proxy.requests import presented_key
 
 router = APIRouter(prefix="/r/{rollout_id}/v1")
 
 
 @router.post("/chat/completions")
 async def chat_completions(rollout_id: str, request: Request):
-    capture = capture_service(request)
-    session = capture.store.authorize(rollout_id, presented_key(request))
-    body = await read_json_body(request, capture.settings.max_body_bytes)
-    parsed = parse_body(ChatCompletionRequest, body)
-    sample = await capture.sample(
-        session, serving.to_chat_turn(parsed), path="/v1/chat/completions", protocol=Protocol.OPENAI_CHAT,
-        raw_request=body, tool_id_prefix="call_",
+    call = await rollout_call(request, rollout_id, ChatCompletionRequest)
+    parsed = call.parsed
+    sample = await call.capture.sample(
+        call.session, serving.to_chat_turn(parsed), path="/v1/chat/completions", protocol=Protocol.OPENAI_CHAT,
+        raw_request=call.body, tool_id_prefix="call_",
     )
     response = serving.chat_response(sample, served_model(request))
-    capture.record(sample, response)
+    call.capture.record(sample, response)
     if parsed.stream:
         include_usage = bool((parsed.stream_options or {}).get("include_usage"))
         return StreamingResponse(serving.chat_stream(response, sample, include_usage), media_type="text/event-stream")
-    return ORJSONResponse(response)
+    return json_response(response)
 
 
 @router.post("/completions")
 async def completions(rollout_id: str, request: Request):
-    capture = capture_service(request)
-    session = capture.store.authorize(rollout_id, presented_key(request))
-    body = await read_json_body(request, capture.settings.max_body_bytes)
-    parsed = parse_body(CompletionRequest, body)
+    call = await rollout_call(request, rollout_id, CompletionRequest)
+    parsed, capture = call.parsed, call.capture
     prompt_ids = _prompt_ids(capture, parsed.prompt)
     completion, sampling, started_at = await capture.complete_raw(
-        session, prompt_ids, parsed.max_tokens, path="/v1/completions", raw_request=body
+        call.session, prompt_ids, parsed.max_tokens, path="/v1/completions", raw_request=call.body
     )
     text = capture.rendering.decode(completion.token_ids)
     response = serving.completion_response(
         text, completion.finish_reason, len(prompt_ids), len(completion.token_ids), served_model(request)
     )
-    capture.record_raw(session, prompt_ids, completion, sampling, started_at,
-                       path="/v1/completions", raw_request=body, response=response)
+    capture.record_raw(call.session, prompt_ids, completion, sampling, started_at,
+                       path="/v1/completions", raw_request=call.body, response=response)
     if parsed.stream:
         include_usage = bool((parsed.stream_options or {}).get("include_usage"))
         return StreamingResponse(serving.completion_stream(response, include_usage), media_type="text/event-stream")
-    return ORJSONResponse(response)
+    return json_response(response)
 
 
 @router.get("/models")
