@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# `make docker`: Docker + gVisor (runsc) ready to use; idempotent.
+#
+# Installs docker.io, runsc, debootstrap (and docker-compose when no compose v2) with apt only when
+#   root  AND  Debian  AND  VERI_INSTALL_DOCKER != 0  AND
+#   (CI=true  OR  VERI_INSTALL_DOCKER=1  OR  no systemd is running — a disposable VM/container
+#    such as CI or a dev box, where nothing else owns dockerd).
+# Everywhere else (a workstation or server with systemd) it only checks and says what to run.
+# Without systemd it also registers runsc in /etc/docker/daemon.json (merging) and starts dockerd
+# itself, logging to $DOCKERD_LOG.
+# runsc must be gVisor >= $RUNSC_MIN: older ones (bookworm's own 20221219) fail statx() with
+# AT_NO_AUTOMOUNT, so `ls`, `stat`, `cp -a` ... fail inside every sandbox. On bookworm it comes
+# from bookworm-backports (same mirror as the host's; apt pins backports low, nothing else moves).
+set -euo pipefail
+
+DAEMON_JSON=${DAEMON_JSON:-/etc/docker/daemon.json}
+DOCKERD_LOG=${DOCKERD_LOG:-/var/log/veri-dockerd.log}
+RUNSC_MIN=20240729
+
+say() { echo "make docker: $*" >&2; }
+die() { say "$*"; exit 1; }
+
+is_root() { [ "$(id -u)" = 0 ]; }
+is_debian() { [ -r /etc/debian_version ] && grep -qi '^ID=debian' /etc/os-release 2>/dev/null; }
+has_systemd() { [ -d /run/systemd/system ]; }
+has_compose() { docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null; }
+codename() { . /etc/os-release && echo "${VERSION_CODENAME:-}"; }
+# "0.0~20240729.0" (Debian) or "release-20240729.0" (upstream) -> 20240729
+runsc_date() {
+  local v; v=$(runsc --version 2>/dev/null || true)
+  v=$(grep -o '20[0-9]\{6\}' <<<"$v" | head -1 || true); echo "${v:-0}"
+}
+
+may_install() {
+  [ "${VERI_INSTALL_DOCKER:-}" != 0 ] || return 1
+  is_root && is_debian || return 1
+  [ "${CI:-}" = true ] || [ "${VERI_INSTALL_DOCKER:-}" = 1 ] || ! has_systemd
+}
+
+missing=()
+command -v docker >/dev/null || missing+=(docker.io)
+command -v dockerd >/dev/null || missing+=(docker.io)
+[ "$(runsc_date)" -ge $RUNSC_MIN ] || missing+=(runsc)
+command -v debootstrap >/dev/null || [ -n "${BASE_OS_IMAGE:-}" ] || missing+=(debootstrap)
+has_compose || missing+=(docker-compose)
+if [ ${#missing[@]} -gt 0 ]; then
+  mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+  if may_install; then
+    say "installing ${missing[*]} with apt"
+    export DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1
+    log=$(mktemp /tmp/veri-apt.XXXXXX.log)
+    pkgs=("${missing[@]}")
+    if [[ " ${missing[*]} " == *" runsc "* ]] && [ "$(codename)" = bookworm ]; then
+      read -r mirror _ < <("$(dirname "$0")/debian-mirror.sh" bookworm)
+      printf 'Types: deb\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+        "$mirror" >/etc/apt/sources.list.d/veri-bookworm-backports.sources
+      pkgs=("${pkgs[@]/#runsc/runsc/bookworm-backports}")  # only runsc (no dependencies) from there
+    fi
+    # The package lists may be missing or stale on a fresh machine.
+    { apt-get update -q && apt-get install -y -q --no-install-recommends "${pkgs[@]}"; } >"$log" 2>&1 \
+      || { tail -20 "$log" >&2; die "apt-get failed (log: $log)"; }
+    rm -f "$log"
+    [ "$(runsc_date)" -ge $RUNSC_MIN ] || die "runsc $(runsc_date) is older than $RUNSC_MIN after the install"
+  else
+    hint="sudo apt-get install ${missing[*]}"
+    [ "$(codename)" != bookworm ] || hint="enable bookworm-backports in your apt sources, then
+    sudo apt-get update && sudo apt-get install ${missing[*]/#runsc/runsc/bookworm-backports}"
+    die "missing: ${missing[*]} (runsc means gVisor >= $RUNSC_MIN; yours: $(runsc_date)). On Debian:
+    $hint
+  or run this as root with VERI_INSTALL_DOCKER=1 to let it do that; then rerun make docker."
+  fi
+fi
+
+# Register runsc (merge: other keys and runtimes are kept).
+runsc_path=$(command -v runsc)
+want=$(python3 - "$DAEMON_JSON" "$runsc_path" <<'PY'
+import json, os, sys
+path, runsc = sys.argv[1], sys.argv[2]
+cfg = {}
+if os.path.exists(path) and os.path.getsize(path):
+    with open(path) as f:
+        cfg = json.load(f)
+runtimes = cfg.setdefault("runtimes", {})
+entry = runtimes.get("runsc") or {}
+# --network=host: the sandbox uses the host kernel's network stack inside the container's own
+# network namespace (docker networks, DNS and isolation as usual). gVisor's own netstack refuses
+# to start on some VMs ("cannot run with network enabled in root network namespace").
+args = list(entry.get("runtimeArgs") or [])
+if "--network=host" not in args and not any(a.startswith("--network=") for a in args):
+    args.append("--network=host")
+new = dict(entry, path=entry.get("path") or runsc, runtimeArgs=args)
+print("same" if new == runtimes.get("runsc") else json.dumps(dict(cfg, runtimes=dict(runtimes, runsc=new)), indent=2))
+PY
+)
+changed=0
+if [ "$want" != same ]; then
+  if is_root; then
+    mkdir -p "$(dirname "$DAEMON_JSON")"
+    printf '%s\n' "$want" >"$DAEMON_JSON.tmp" && mv "$DAEMON_JSON.tmp" "$DAEMON_JSON"
+    say "registered runsc in $DAEMON_JSON"
+    changed=1
+  else
+    die "runsc is not registered in $DAEMON_JSON. Add this (merged with what is there) as root:
+$want
+  then: sudo systemctl reload docker"
+  fi
+fi
+
+answers() { timeout 10 docker info >/dev/null 2>&1; }
+
+if answers; then
+  if [ $changed = 1 ]; then
+    # dockerd reloads its runtimes on SIGHUP.
+    if has_systemd; then systemctl reload docker || kill -HUP "$(pidof dockerd)"; else kill -HUP "$(pidof dockerd)"; fi
+    sleep 1
+  fi
+else
+  if has_systemd; then
+    if is_root; then systemctl start docker; else die "dockerd is not running: sudo systemctl start docker"; fi
+  elif is_root; then
+    if ! pidof dockerd >/dev/null; then
+      say "starting dockerd (log: $DOCKERD_LOG)"
+      setsid nohup dockerd </dev/null >>"$DOCKERD_LOG" 2>&1 &
+    fi
+  else
+    die "dockerd is not running and there is no systemd: start it as root (dockerd &)"
+  fi
+  for _ in $(seq 1 120); do answers && break; sleep 0.5; done
+  answers || die "dockerd does not answer after 60 s; see $DOCKERD_LOG"
+fi
+
+docker info --format '{{json .Runtimes}}' | grep -q '"runsc"' \
+  || die "dockerd does not list the runsc runtime; restart dockerd (see $DAEMON_JSON)"
+say "ready: $(docker version --format 'docker {{.Server.Version}}'), runtimes: $(docker info --format '{{range $k, $v := .Runtimes}}{{$k}} {{end}}')"
