@@ -119,6 +119,14 @@ else
     if is_root; then systemctl start docker; else die "dockerd is not running: sudo systemctl start docker"; fi
   elif is_root; then
     if ! pidof dockerd >/dev/null; then
+      # A dockerd/containerd killed without cleanup leaves pid files that may name a zombie
+      # (or a reused pid) for a while; dockerd then refuses to start or waits for a dead containerd.
+      for f in /var/run/docker.pid /var/run/docker/containerd/containerd.pid; do
+        pid=$(cat "$f" 2>/dev/null || true)
+        [ -n "$pid" ] || continue
+        grep -qsE '^State:\s*[RSD]' "/proc/$pid/status" && grep -qsE '^(dockerd|containerd)$' "/proc/$pid/comm" \
+          || rm -f "$f"
+      done
       say "starting dockerd (log: $DOCKERD_LOG)"
       setsid nohup dockerd </dev/null >>"$DOCKERD_LOG" 2>&1 &
     fi
