@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from veri.harness import cli as harness_cli
+from veri.launcher import cli as launcher_cli
 from veri.models import cli as models_cli
 from veri.policy import cli as policy_cli
 from veri.proxy import cli as proxy_cli
@@ -17,10 +19,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="veri", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    harness_cli.register(commands)
     models_cli.register(commands)
 
     serve = commands.add_parser("serve", help="run one veri service in the foreground")
     services = serve.add_subparsers(dest="service", required=True, metavar="SERVICE")
+    launcher_cli.register_serve(services)
     policy_cli.register_serve(services)
     proxy_cli.register_serve(services)
     webfixture_cli.register_serve(services)

@@ -1,0 +1,11 @@
+# Harness bundles: `make harness BUNDLE=harness-bundles/url_extract_openai` builds the bundle's image
+# (veri/harness-<name>:<content hash>; an unchanged bundle is not rebuilt) and prints its tag. Deps are
+# installed offline from vendor/wheels/bundles and vendor/npm/bundles (downloaded there first where
+# the registries are reachable). HARNESS_OFFLINE=1: never download.
+HARNESS_OFFLINE ?=
+
+.PHONY: harness
+
+harness: venv docker
+	@test -n "$(BUNDLE)" || { echo "usage: make harness BUNDLE=harness-bundles/<name> [HARNESS_OFFLINE=1]"; exit 2; }
+	@$(BIN)/veri harness build $(BUNDLE) --prefix $(IMAGE_PREFIX) --vendor $(VENDOR) $(if $(HARNESS_OFFLINE),--offline)

@@ -1,0 +1,408 @@
+"""`docker` backend: one gVisor (`runsc`) container per rollout, through the Docker SDK.
+
+Each sandbox: the harness image's CMD (its bundle's entrypoint) as user 1000, from /harness; env exactly
+the harness contract (`launch.env` + VERI_OUTPUT_DIR); the rollouts network only; read-only root with
+tmpfs /tmp, /work and HOME; all capabilities dropped, no-new-privileges; memory, CPU, `ulimit nproc`
+(gVisor refuses the fork past it: fork bombs end there) and a generous pids limit as a backstop (under
+runsc it counts the sandbox's own threads too). Past the timeout the container is killed: every process
+in it dies with it (status truncated).
+
+Output: VERI_OUTPUT_DIR is a host folder bind-mounted into the sandbox — `output_dir` itself, so there is
+nothing to copy after exit (gVisor keeps a tmpfs inside its own memory, where neither `docker cp` nor
+anything else can read it once the sandbox is gone). A guard measures it while the harness runs: past
+`output_max_bytes + tmpfs_mb` the sandbox is killed (failed). After exit it is capped at
+`output_max_bytes` (files in name order, symlinks dropped: `output_truncated`).
+
+Logs: the harness's stdout and stderr are appended to two files on a second bind mount (a `sh -c exec`
+wrapper around the CMD) and their tails read from disk after exit. Not through docker's log pipe: under
+runsc bursts through that pipe lose data, and it would cost a streaming thread per rollout. The guard
+kills a sandbox whose logs pass LOG_CEILING_BYTES.
+
+Threads: every Docker SDK call blocks, so it runs in this backend's own thread pool (one long `wait` per
+running sandbox plus short calls), sized from `max_sandboxes`, the cap on sandboxes alive at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import re
+import secrets
+import shutil
+import socket
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import structlog
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.types import LogConfig, Mount, Ulimit
+
+from veri.core import envs
+from veri.core.episodes import RolloutStatus
+from veri.core.harness import BUNDLE_MOUNT, OUTPUT_MOUNT
+from veri.core.launch import LaunchResult, RolloutLaunch, SandboxLimits
+from veri.launcher.outputs import enforce_output_cap
+from veri.launcher.tails import Tail
+
+log = structlog.get_logger("veri.launcher.docker")
+
+DEFAULT_NETWORK = "veri-rollouts"  # compose.yaml names its rollouts network so
+HARNESS_USER = "1000:1000"  # `harness` in veri/base
+HARNESS_UID = 1000
+LOGS_MOUNT = "/veri/logs"
+LOG_CEILING_BYTES = 2 << 30  # stdout + stderr on disk while running; past it the sandbox is killed
+GUARD_INTERVAL_S = 0.5
+MAX_OUTPUT_ENTRIES = 100_000
+LABEL_SANDBOX = "veri.sandbox"
+LABEL_LAUNCHER = "veri.launcher"
+LABEL_ROLLOUT = "veri.rollout_id"
+# exec keeps the harness the direct child of the image's init (tini); >> so the host side may read
+# while it writes. Needs /bin/sh in the image (every veri base has it).
+STDIO_WRAPPER = f'exec "$@" >>{LOGS_MOUNT}/stdout 2>>{LOGS_MOUNT}/stderr'
+
+
+class SandboxUnavailable(RuntimeError):
+    """Docker / gVisor cannot run sandboxes here; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    command: list[str]
+    home: str
+    fetched: float
+
+
+def rollouts_network_options() -> dict[str, Any]:
+    """How the rollouts network should be made (for tests, benches and compose): internal (no route out
+    of it) and no address of the host on its bridge, so a sandbox reaches the containers on that
+    network (the proxy) and nothing on the host: not its ports, not other docker networks."""
+    return {"driver": "bridge", "internal": True,
+            "options": {"com.docker.network.bridge.inhibit_ipv4": "true"}}
+
+
+class DockerBackend:
+    name = "docker"
+
+    def __init__(
+        self,
+        *,
+        network: str = DEFAULT_NETWORK,
+        client: docker.DockerClient | None = None,
+        unsafe_runc: bool = False,
+        launcher_id: str = "default",
+        max_sandboxes: int = 64,
+        host_paths: dict[str, str] | None = None,
+    ) -> None:
+        """`launcher_id` labels this launcher's sandboxes: `remove_leftovers` removes only those.
+        `host_paths` maps folders as this process sees them to the host's (bind mounts name host
+        paths); inside a container it is read from this container's own mounts when not given."""
+        self.network = network
+        self.launcher_id = launcher_id
+        self.max_sandboxes = max_sandboxes
+        self._pool = ThreadPoolExecutor(max_workers=2 * max_sandboxes + 8, thread_name_prefix="veri-docker")
+        self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+        try:
+            self.client = client or docker.from_env(timeout=120, max_pool_size=2 * max_sandboxes + 8)
+            info = self.client.info()
+        except DockerException as exc:
+            raise SandboxUnavailable(f"no Docker daemon ({exc}): run `make docker`") from exc
+        runtimes = info.get("Runtimes") or {}
+        if unsafe_runc:
+            self.runtime = "runc"
+            log.warning("sandbox.unsafe_runc: harnesses run under runc, NOT gVisor - no isolation from the host kernel")
+        elif "runsc" in runtimes:
+            self.runtime = "runsc"
+        else:
+            raise SandboxUnavailable(
+                f"dockerd has no runsc (gVisor) runtime (it has: {', '.join(sorted(runtimes)) or 'none'}): run "
+                "`make docker`, which installs runsc and registers it in /etc/docker/daemon.json. Running "
+                "harnesses without gVisor (sandbox.unsafe_runc: true) gives them the host kernel: never with "
+                "code you do not trust."
+            )
+        try:
+            net = self.client.networks.get(network)
+        except NotFound:
+            raise SandboxUnavailable(
+                f"docker network {network!r} does not exist: start the stack (`make up` / docker compose "
+                f"creates it), or create it: docker network create --internal "
+                f"-o com.docker.network.bridge.inhibit_ipv4=true {network}"
+            ) from None
+        options = net.attrs.get("Options") or {}
+        if net.attrs.get("Driver") == "bridge" and options.get("com.docker.network.bridge.inhibit_ipv4") != "true":
+            log.warning("the host has an address on the rollouts network: sandboxes can reach ports this host "
+                        "listens on unless a firewall blocks them", network=network)
+        mounts = self._own_mounts() if host_paths is None else host_paths
+        self.host_paths = {Path(k): Path(v) for k, v in mounts.items()}
+        self._images: dict[str, ImageSpec] = {}
+
+    # --- the SandboxBackend protocol ------------------------------------------------------------
+
+    async def run(self, launch: RolloutLaunch, output_dir: Path) -> LaunchResult:
+        started = time.time()
+        loop = asyncio.get_running_loop()
+        slots = self._slots.setdefault(loop, asyncio.Semaphore(self.max_sandboxes))
+        async with slots:
+            try:
+                return await self._run(launch, Path(output_dir).absolute(), started)
+            except ImageNotFound:
+                error = f"image {launch.image!r} is not on this machine: build it with `veri harness build BUNDLE`"
+            except (DockerException, OSError) as exc:
+                log.exception("sandbox failed", rollout_id=launch.rollout_id)
+                error = f"{type(exc).__name__}: {exc}"
+        return LaunchResult(rollout_id=launch.rollout_id, status=RolloutStatus.FAILED, infrastructure_error=error,
+                            started_at=started, duration_s=time.time() - started)
+
+    async def remove_leftovers(self) -> int:
+        containers = await self._call(self.client.containers.list, all=True,
+                                      filters={"label": f"{LABEL_LAUNCHER}={self.launcher_id}"})
+        for container in containers:
+            await self._call(self._remove, container)
+        if containers:
+            log.info("removed leftover sandboxes", count=len(containers), launcher=self.launcher_id)
+        return len(containers)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.client.close()
+
+    # --- one rollout ------------------------------------------------------------------------------
+
+    async def _run(self, launch: RolloutLaunch, output_dir: Path, started: float) -> LaunchResult:
+        limits = launch.limits
+        spec = await self._call(self._image_spec, launch.image)
+        logs_dir = output_dir.parent / f".{output_dir.name}.logs"
+        await self._call(_prepare_dirs, output_dir, logs_dir)
+        container = await self._call(self._create, launch, spec, output_dir, logs_dir)
+        notes: list[str] = []
+        exit_code: int | None = None
+        guarded = False  # the guard killed it
+        try:
+            await self._call(container.start)
+            loop = asyncio.get_running_loop()
+            waiting = loop.run_in_executor(self._pool, functools.partial(container.wait, timeout=launch.timeout_s + 600))
+            guard = asyncio.ensure_future(self._guard(output_dir, logs_dir, limits))
+            done, _ = await asyncio.wait({waiting, guard}, timeout=launch.timeout_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if waiting in done:
+                exit_code = int((await waiting)["StatusCode"])
+                status = RolloutStatus.COMPLETED if exit_code == 0 else RolloutStatus.FAILED
+            else:
+                await self._call(self._kill, container)
+                await waiting
+                if guard in done:
+                    status, guarded = RolloutStatus.FAILED, True
+                    notes.append(guard.result())
+                else:
+                    status = RolloutStatus.TRUNCATED
+                    notes.append(f"[veri] still running after timeout_s={launch.timeout_s:g}: the sandbox was killed")
+            guard.cancel()
+            if status is RolloutStatus.FAILED and exit_code is not None:
+                state = (await self._call(self._state, container)) or {}
+                if state.get("OOMKilled") or exit_code == 137:
+                    notes.append(f"[veri] exit {exit_code}: killed — most likely the memory limit "
+                                 f"({limits.memory_mb} MB, SandboxLimits.memory_mb)")
+        finally:
+            await self._call(self._remove, container)
+        stdout, stderr = await self._call(_read_tails, logs_dir, limits.log_tail_bytes)
+        await self._call(shutil.rmtree, logs_dir, True)
+        ceiling = _output_ceiling(limits)
+        if not guarded:
+            size = await self._call(_tree_size, output_dir)
+            if size > ceiling:  # it finished before the guard saw it: the same verdict either way
+                status = RolloutStatus.FAILED
+                notes.append(_output_note(size, ceiling))
+        truncated = await self._call(enforce_output_cap, output_dir, limits.output_max_bytes)
+        if notes:
+            stderr = (stderr + "\n" if stderr else "") + "\n".join(notes)
+        return LaunchResult(
+            rollout_id=launch.rollout_id, status=status,
+            exit_code=None if status is RolloutStatus.TRUNCATED else exit_code,
+            stdout_tail=stdout, stderr_tail=stderr, output_dir=str(output_dir), output_truncated=truncated,
+            started_at=started, duration_s=time.time() - started,
+        )
+
+    async def _guard(self, output_dir: Path, logs_dir: Path, limits: SandboxLimits) -> str:
+        """Returns (ending the wait) when the sandbox's files on the host pass their ceilings."""
+        ceiling = _output_ceiling(limits)
+        while True:
+            await asyncio.sleep(GUARD_INTERVAL_S)
+            size = await self._call(_tree_size, output_dir)
+            if size > ceiling:
+                return _output_note(size, ceiling)
+            logged = await self._call(_tree_size, logs_dir)
+            if logged > LOG_CEILING_BYTES:
+                return f"[veri] stdout + stderr passed {LOG_CEILING_BYTES >> 20} MiB: the sandbox was killed"
+
+    def _create(self, launch: RolloutLaunch, spec: ImageSpec, output_dir: Path, logs_dir: Path) -> Any:
+        limits = launch.limits
+        size = f"size={limits.tmpfs_mb}m"
+        owned = f"uid={HARNESS_UID},gid={HARNESS_UID}"
+        tmpfs = {"/tmp": f"{size},mode=1777", "/work": f"{size},{owned},mode=0755"}
+        if spec.home not in tmpfs:
+            tmpfs[spec.home] = f"{size},{owned},mode=0700"
+        labels = {f"veri.{key}": str(value) for key, value in launch.labels.items()}
+        labels.update({LABEL_SANDBOX: "1", LABEL_LAUNCHER: self.launcher_id, LABEL_ROLLOUT: launch.rollout_id})
+        env = {**launch.env, envs.VERI_OUTPUT_DIR: OUTPUT_MOUNT}
+        return self.client.containers.create(
+            launch.image,
+            command=["/bin/sh", "-c", STDIO_WRAPPER, "veri-harness", *spec.command],
+            name=f"veri-{re.sub(r'[^A-Za-z0-9_.-]', '-', launch.rollout_id)[:48]}-{secrets.token_hex(3)}",
+            environment=env,
+            user=HARNESS_USER,
+            working_dir=BUNDLE_MOUNT,
+            runtime=self.runtime,
+            network_mode=self.network,
+            read_only=True,
+            tmpfs=tmpfs,
+            mounts=[Mount(OUTPUT_MOUNT, self._host_path(output_dir), type="bind"),
+                    Mount(LOGS_MOUNT, self._host_path(logs_dir), type="bind")],
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            mem_limit=f"{limits.memory_mb}m",
+            memswap_limit=f"{limits.memory_mb}m",
+            nano_cpus=int(limits.cpus * 1e9),
+            pids_limit=limits.pids_limit,
+            ulimits=[Ulimit(name="nproc", soft=limits.nproc, hard=limits.nproc)],
+            labels=labels,
+            log_config=LogConfig(type="none"),
+            stdin_open=False,
+            detach=True,
+        )
+
+    # --- docker helpers (blocking: run through _call) --------------------------------------------
+
+    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+
+    def _image_spec(self, image: str) -> ImageSpec:
+        cached = self._images.get(image)
+        if cached and time.monotonic() - cached.fetched < 60:
+            return cached
+        config = self.client.images.get(image).attrs.get("Config") or {}
+        command = config.get("Cmd") or []
+        if not command:
+            raise ImageNotFound(f"image {image!r} has no CMD: build harness images with `veri harness build BUNDLE`")
+        env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
+        spec = ImageSpec(command=list(command), home=env.get("HOME") or "/home/harness", fetched=time.monotonic())
+        self._images[image] = spec
+        return spec
+
+    def _kill(self, container: Any) -> None:
+        try:
+            container.kill()
+        except APIError as exc:  # it ended on its own in the meantime
+            if exc.status_code not in (404, 409):
+                raise
+
+    def _state(self, container: Any) -> dict[str, Any] | None:
+        try:
+            container.reload()
+            return container.attrs.get("State")
+        except NotFound:
+            return None
+
+    def _remove(self, container: Any) -> None:
+        try:
+            container.remove(force=True)
+        except NotFound:
+            pass
+        except APIError as exc:
+            if exc.status_code != 409:  # 409: removal already in progress
+                raise
+
+    def _host_path(self, path: Path) -> str:
+        for inner, outer in self.host_paths.items():
+            if path.is_relative_to(inner):
+                return str(outer / path.relative_to(inner))
+        return str(path)
+
+    def _own_mounts(self) -> dict[str, str]:
+        """Inside a container, bind mounts must name host paths: map this container's own mounts."""
+        if not Path("/.dockerenv").exists():
+            return {}
+        try:
+            me = self.client.containers.get(socket.gethostname())
+        except DockerException:
+            log.info("running in a container that is not this docker's (or hostname is not its id): "
+                        "output folders are bind-mounted by the same path on the host")
+            return {}
+        return {m["Destination"]: m["Source"] for m in me.attrs.get("Mounts") or []
+                if m.get("Source") and m.get("Destination")}
+
+
+# --- host-side files (blocking) ----------------------------------------------------------------
+
+def _prepare_dirs(output_dir: Path, logs_dir: Path) -> None:
+    """A fresh output folder owned by the sandbox user; a root-owned logs folder whose two files the
+    sandbox may append to but not replace."""
+    for folder in (output_dir, logs_dir):
+        if folder.exists() or folder.is_symlink():
+            shutil.rmtree(folder) if folder.is_dir() and not folder.is_symlink() else folder.unlink()
+    output_dir.mkdir(parents=True)
+    logs_dir.mkdir(parents=True)
+    try:
+        os.chown(output_dir, HARNESS_UID, HARNESS_UID)
+        output_dir.chmod(0o755)
+    except PermissionError:  # a launcher that is not root: any uid may write
+        output_dir.chmod(0o777)
+    logs_dir.chmod(0o755)
+    for name in ("stdout", "stderr"):
+        path = logs_dir / name
+        path.touch()
+        path.chmod(0o666)
+
+
+def _read_tails(logs_dir: Path, limit: int) -> tuple[str, str]:
+    return _file_tail(logs_dir / "stdout", limit), _file_tail(logs_dir / "stderr", limit)
+
+
+def _file_tail(path: Path, limit: int) -> str:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(fd).st_size
+        f.seek(max(0, size - limit))
+        chunk = f.read(limit)
+    tail = Tail(limit)
+    tail.total = size - len(chunk)
+    tail.feed(chunk)
+    return tail.text()
+
+
+def _tree_size(folder: Path) -> int:
+    """Bytes under `folder` (symlinks not followed); a folder of more than MAX_OUTPUT_ENTRIES entries
+    counts as unbounded."""
+    total, entries, stack = 0, 0, [folder]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    entries += 1
+                    if entries > MAX_OUTPUT_ENTRIES:
+                        return 1 << 62
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(Path(entry.path))
+                    else:
+                        total += entry.stat(follow_symlinks=False).st_size
+        except FileNotFoundError:
+            continue
+    return total
+
+
+def _output_ceiling(limits: SandboxLimits) -> int:
+    return limits.output_max_bytes + limits.tmpfs_mb * (1 << 20)
+
+
+def _output_note(size: int, ceiling: int) -> str:
+    if size >= 1 << 62:
+        return f"[veri] VERI_OUTPUT_DIR holds more than {MAX_OUTPUT_ENTRIES} files: the sandbox was killed"
+    return (f"[veri] VERI_OUTPUT_DIR grew to {size >> 20} MiB, past {ceiling >> 20} MiB "
+            "(output_max_bytes + tmpfs_mb): the sandbox was killed")
