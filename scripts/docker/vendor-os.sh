@@ -5,7 +5,7 @@
 set -euo pipefail
 SUITE=${SUITE:-bookworm}
 OUT=${1:-vendor/os}
-INCLUDE=python3,python3-venv,ca-certificates,tini,procps
+INCLUDE=python3,python3-venv,ca-certificates,tini,procps,curl
 read -r MIRROR SECURITY < <("$(dirname "$0")/debian-mirror.sh" "$SUITE")
 # The mirror is not an input: the same tarball serves any machine (an air-gapped one has none).
 inputs="suite=$SUITE include=$INCLUDE"
