@@ -8,7 +8,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from tests.core.spans import bridged_chain, make_span
-from veri.core.episodes import RULES, Effect, RolloutStatus, Rule, build_episode
+from veri.core.episodes import RULES, Effect, RolloutStatus, Rule, build_episode, truncate_episode
 from veri.core.records import PromptSource, TokenFidelity
 from veri.core.rollouts import RewardOutcome, RolloutRecord
 
@@ -145,3 +145,18 @@ def test_rollout_record_round_trips_and_knows_if_it_is_trainable():
     assert not unscored.trainable
     failed = record.model_copy(update={"episode": build_episode(spans, RolloutStatus.FAILED)})
     assert not failed.trainable and [v.rule for v in failed.verdicts] == [Rule.HARNESS_FAILED]
+
+
+def test_a_row_longer_than_max_response_length_is_cut_and_says_so():
+    episode = build_episode(bridged_chain())  # completion: 3 sampled, 2 environment, 2 sampled, 1, 2
+    row = episode.row
+    assert truncate_episode(episode, len(row.completion_ids)) is episode
+
+    cut = truncate_episode(episode, 5)  # lands in the first environment turn: it is dropped too
+    assert cut.row.completion_ids == row.completion_ids[:3] and cut.row.env_mask == [1, 1, 1]
+    assert cut.row.logprobs == row.logprobs[:3] and cut.row.prompt_ids == row.prompt_ids
+    [verdict] = cut.verdicts
+    assert verdict.rule == Rule.RESPONSE_TRUNCATED and verdict.effect == Effect.DEGRADE
+    assert verdict.details == {"length": len(row.completion_ids), "kept": 3} and not cut.rejected
+
+    assert truncate_episode(episode, 7).row.env_mask == [1, 1, 1, 0, 0, 1, 1]

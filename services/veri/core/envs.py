@@ -3,6 +3,9 @@
 # --- read by veri's own services -------------------------------------------------------------
 VERI_CONTROL_TOKEN = "VERI_CONTROL_TOKEN"  # bearer token for the proxy's /control routes
 VERI_HOME = "VERI_HOME"  # state folder of a running stack (control token, stores)
+VERI_PROXY_URL = "VERI_PROXY_URL"  # `veri train`: the capture proxy's URL (default http://127.0.0.1:8000)
+VERI_POLICY_URL = "VERI_POLICY_URL"  # `veri train`: the policy server's URL (default http://127.0.0.1:8001)
+VERI_LAUNCHER_URL = "VERI_LAUNCHER_URL"  # `veri train --sandbox launcher`: the launcher service's URL
 
 # --- read from the machine (GPU layout probe) ------------------------------------------------
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"  # the GPUs this job may use

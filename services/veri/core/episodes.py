@@ -17,6 +17,7 @@ Spans off the chain (side calls, turns before a rewritten history) are dropped f
 gets a `history_rewritten` verdict saying which chain span did not extend it and where they differ.
 
 Every rule has a name, an effect and a fix (`RULES`); every verdict lands in the rollout record.
+`truncate_episode` applies the job's max_response_length afterwards (`response_truncated`).
 Two choices worth knowing:
   - a span without ids *anywhere* rejects the rollout (`token_ids_absent`), not only one on the chain:
     without its tokens nobody can tell whether it was a link of the chain;
@@ -43,6 +44,7 @@ class Rule(StrEnum):
     HARNESS_FAILED = "harness_failed"
     HARNESS_TIMEOUT = "harness_timeout"
     HISTORY_REWRITTEN = "history_rewritten"
+    RESPONSE_TRUNCATED = "response_truncated"
     REWARD_ERROR = "reward_error"
 
 
@@ -91,6 +93,13 @@ RULES: dict[Rule, RuleSpec] = {
         " reordered its history, or made a side call)",
         "keep the harness's conversation append-only (no trimming, summarising or changed system prompt);"
         " the row trains only on the chain ending at the final answer",
+    ),
+    Rule.RESPONSE_TRUNCATED: RuleSpec(
+        Effect.DEGRADE,
+        "the row (every turn's sampled and environment tokens) is longer than max_response_length; it was cut"
+        " there, so the end of the rollout is not trained on",
+        "raise max_response_length, or lower max_turns / sampling.max_tokens; or make the harness's tool results"
+        " shorter",
     ),
     Rule.REWARD_ERROR: RuleSpec(
         Effect.REJECT,
@@ -233,6 +242,31 @@ def build_episode(
         row=None if absent or not chain else _row(chain),
         verdicts=verdicts,
     )
+
+
+def truncate_episode(episode: Episode, max_length: int) -> Episode:
+    """The episode with its row cut to `max_length` completion tokens (a `response_truncated` verdict).
+
+    Environment tokens left at the end of the cut are dropped too: they are not trained on, so the row
+    ends on the last sampled token it keeps. An episode whose row fits is returned unchanged.
+    """
+    row = episode.row
+    if row is None or len(row.completion_ids) <= max_length:
+        return episode
+    keep = max_length
+    while keep > 0 and row.env_mask[keep - 1] == 0:
+        keep -= 1
+    cut = TrainingRow(
+        prompt_ids=row.prompt_ids, completion_ids=row.completion_ids[:keep], logprobs=row.logprobs[:keep],
+        env_mask=row.env_mask[:keep],
+    )
+    sampled = sum(row.env_mask)
+    message = (
+        f"the row has {len(row.completion_ids)} completion tokens ({sampled} sampled), more than"
+        f" max_response_length={max_length}: kept the first {keep} ({sum(cut.env_mask)} sampled)"
+    )
+    verdict = Verdict.of(Rule.RESPONSE_TRUNCATED, message, length=len(row.completion_ids), kept=keep)
+    return episode.model_copy(update={"row": cut, "verdicts": [*episode.verdicts, verdict]})
 
 
 def extends(later: EpisodeSpan, earlier: EpisodeSpan) -> bool:

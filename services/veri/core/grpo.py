@@ -57,6 +57,7 @@ VERI_OWNED: dict[str, str] = {
     "use_transformers_continuous_batching": "generation runs in the policy server, not inside TRL",
     "transformers_continuous_batching_config": "generation runs in the policy server, not inside TRL",
     "max_tool_calling_iterations": "use `max_turns` (the harness runs its own tool loop)",
+    "reward_weights": "set each reward's `weight:` under `rewards:`",
 }
 
 

@@ -1,4 +1,5 @@
-"""`veri validate CONFIG` and `veri debug FILE...` — check a job before it runs, explain a rollout after."""
+"""`veri train` (train_cli.py), `veri validate CONFIG` and `veri debug FILE...` — train, check a job before
+it runs, explain a rollout after."""
 
 from __future__ import annotations
 
@@ -6,8 +7,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from veri.trainer import train_cli
+
 
 def register(commands: argparse._SubParsersAction) -> None:
+    train_cli.register(commands)
+
     validate = commands.add_parser("validate", help="check a job config: every problem at once, each with its fix")
     validate.add_argument("config", type=Path, help="job file (.yaml or .toml)")
     validate.add_argument("--gpus", type=int, default=None,

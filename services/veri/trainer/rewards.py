@@ -289,6 +289,10 @@ class RewardScorer:
         future: Future = Future()
 
         def run() -> None:
+            # A running future cannot be cancelled, so a call that outlives its timeout still completes it
+            # (its result is ignored) instead of raising InvalidStateError in this thread.
+            if not future.set_running_or_notify_cancel():
+                return
             try:
                 future.set_result(function.func(**kwargs))
             except BaseException as error:  # user code; reported, never raised into the job

@@ -1,0 +1,143 @@
+"""One GRPO group's rollouts, from proxy sessions to rollout records (not yet scored).
+
+For a task and a group size N: open N sessions on the capture proxy, run the N harness rollouts as
+one launcher group, then close the sessions (a straggling call now gets 409) and fetch their spans.
+Each rollout's spans become its episode (`build_episode`, then `truncate_episode` at
+max_response_length); the launcher's verdict on the harness (status, exit code, log tails, an
+infrastructure error) is kept in the record's verdicts, where the job page and `veri debug` show it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from veri.core.episodes import Decoder, Episode, Rule, build_episode, truncate_episode
+from veri.core.harness import rollout_env
+from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch, SandboxLimits
+from veri.core.records import SessionInfo, Span
+from veri.core.rollouts import RolloutRecord
+from veri.proxy.control_client import ControlClient
+from veri.trainer.runner import RolloutRunner
+
+LOG_TAIL_IN_VERDICT = 4000  # characters of stderr / stdout kept in a failed rollout's verdict
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """What every rollout of the job is launched with."""
+
+    image: str  # the bundle's image (docker) or the bundle folder (local)
+    model_name: str  # VERI_POLICY_MODEL
+    max_turns: int
+    timeout_s: float
+    max_parallel: int  # sandboxes running at once, over the whole batch
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class CollectedRollout:
+    record: RolloutRecord
+    launch: LaunchResult
+
+    @property
+    def output_dir(self) -> Path | None:
+        return Path(self.launch.output_dir) if self.launch.output_dir else None
+
+
+class GroupCollector:
+    def __init__(
+        self,
+        control: ControlClient,
+        runner: RolloutRunner,
+        settings: LaunchSettings,
+        *,
+        max_response_length: int,
+        decoder: Decoder | None = None,
+    ) -> None:
+        self.control = control
+        self.runner = runner
+        self.settings = settings
+        self.max_response_length = max_response_length
+        self.decoder = decoder
+
+    async def collect(
+        self, *, step: int, task_index: int, task: dict[str, Any], size: int, first_rollout_index: int = 0
+    ) -> list[CollectedRollout]:
+        indices = range(first_rollout_index, first_rollout_index + size)
+        sessions = await self._open(step, task_index, list(indices))
+        try:
+            launches = [self._launch(s, step, task_index, task, i) for s, i in zip(sessions, indices, strict=True)]
+            parallel = min(size, self.settings.max_parallel)
+            results = await self.runner.run_group(GroupLaunch(launches=launches, max_parallel=parallel))
+        finally:
+            await asyncio.gather(*(asyncio.to_thread(self.control.close_session, s.rollout_id) for s in sessions))
+        spans = await asyncio.gather(*(asyncio.to_thread(self.control.spans, s.rollout_id) for s in sessions))
+        return [
+            CollectedRollout(self._record(step, task_index, task, index, result, rollout_spans), result)
+            for index, result, rollout_spans in zip(indices, results, spans, strict=True)
+        ]
+
+    async def _open(self, step: int, task_index: int, indices: list[int]) -> list[SessionInfo]:
+        labels = self.settings.labels
+
+        def open_one(index: int) -> SessionInfo:
+            metadata = {**labels, "step": step, "task_index": task_index, "rollout_index": index}
+            return self.control.open_session(metadata=metadata)
+
+        opened = await asyncio.gather(*(asyncio.to_thread(open_one, i) for i in indices), return_exceptions=True)
+        failures = [item for item in opened if isinstance(item, BaseException)]
+        if failures:  # close what did open, then fail the step: without the proxy nothing can be captured
+            good = [item for item in opened if isinstance(item, SessionInfo)]
+            await asyncio.gather(*(asyncio.to_thread(self.control.close_session, s.rollout_id) for s in good))
+            raise failures[0]
+        return [item for item in opened if isinstance(item, SessionInfo)]
+
+    def _launch(
+        self, session: SessionInfo, step: int, task_index: int, task: dict[str, Any], index: int
+    ) -> RolloutLaunch:
+        suffix = f"/r/{session.rollout_id}"
+        env = rollout_env(
+            proxy_base_url=session.anthropic_base_url.removesuffix(suffix),
+            rollout_id=session.rollout_id,
+            api_key=session.api_key,
+            model=self.settings.model_name,
+            task=task,
+            task_index=task_index,
+            rollout_index=index,
+            max_turns=self.settings.max_turns,
+        )
+        labels = {**self.settings.labels, "step": str(step), "task_index": str(task_index),
+                  "rollout_index": str(index)}
+        return RolloutLaunch(rollout_id=session.rollout_id, image=self.settings.image, env=env,
+                             timeout_s=self.settings.timeout_s, limits=self.settings.limits, labels=labels)
+
+    def _record(
+        self, step: int, task_index: int, task: dict[str, Any], index: int, result: LaunchResult, spans: list[Span]
+    ) -> RolloutRecord:
+        episode = build_episode(spans, result.status, exit_code=result.exit_code, decoder=self.decoder)
+        episode = truncate_episode(with_launch_details(episode, result), self.max_response_length)
+        return RolloutRecord(
+            rollout_id=result.rollout_id, task_index=task_index, rollout_index=index, policy_step=step, task=task,
+            status=result.status, exit_code=result.exit_code, spans=spans, episode=episode,
+        )
+
+
+def with_launch_details(episode: Episode, result: LaunchResult) -> Episode:
+    """The harness_failed / harness_timeout verdict carries the launcher's facts (log tails, infra error)."""
+    verdicts = []
+    for verdict in episode.verdicts:
+        if verdict.rule in (Rule.HARNESS_FAILED, Rule.HARNESS_TIMEOUT):
+            details = {**verdict.details, "stderr_tail": result.stderr_tail[-LOG_TAIL_IN_VERDICT:],
+                       "stdout_tail": result.stdout_tail[-LOG_TAIL_IN_VERDICT:],
+                       "duration_s": round(result.duration_s, 3)}
+            message = verdict.message
+            if result.infrastructure_error:
+                details["infrastructure_error"] = result.infrastructure_error
+                message = f"the sandbox could not run the harness: {result.infrastructure_error}"
+            verdict = verdict.model_copy(update={"details": details, "message": message})
+        verdicts.append(verdict)
+    return episode.model_copy(update={"verdicts": verdicts})

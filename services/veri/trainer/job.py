@@ -1,0 +1,178 @@
+"""One training job, start to end: the pieces built once, TRL's loop run, the final model saved.
+
+Folders, under <output_root>/<job_name>/ (the archive's own layout: `archive_layout`):
+    checkpoints/    TRL's output_dir: checkpoint-<N>/ to resume from
+    weights/        hf only: the weights of the latest step, read by the policy server (same path there)
+    outputs/        each rollout's VERI_OUTPUT_DIR (in-process sandboxes; the launcher service writes
+                    <its output root>/<job name>/ instead, which this process must see at the same path)
+    model/          the final model: a transformers folder (LoRA merged in)
+The policy server and the capture proxy run already (their URLs come in `TrainOptions`); the proxy
+must sample with the job's sampling settings and max_tokens_per_call (they are not sent per call).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from veri.core.config import Backend, JobConfig
+from veri.core.dataset import read_dataset
+from veri.proxy.control_client import ControlClient
+from veri.trainer.archive import JobArchive, latest_checkpoint, prepare_resume
+from veri.trainer.collect import GroupCollector, LaunchSettings
+from veri.trainer.gpu_stack import gpu_stack_problems
+from veri.trainer.grpo_setup import build_trainer, grpo_config_kwargs
+from veri.trainer.policy_admin import PolicyAdmin
+from veri.trainer.progress import StepMetricsCallback, StepProgress
+from veri.trainer.rewards import RewardScorer, load_reward_functions
+from veri.trainer.rollout_func import HarnessRollouts
+from veri.trainer.rows import MaskedRow
+from veri.trainer.runner import BackendRunner, RolloutRunner, launcher_runner, sandbox_backend
+from veri.trainer.sync import HfWeightSync, PolicyVersions
+from veri.trainer.tasks import trl_dataset
+from veri.trainer.trl_rewards import trl_reward_funcs
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    proxy_url: str  # the capture proxy's control routes, as the trainer reaches them
+    policy_url: str  # hf: its /update_weights; vllm: the server TRL syncs weights to
+    output_root: Path
+    job_name: str
+    sandbox: str = "local"  # local | docker (in this process) | launcher (the launcher service)
+    image: str | None = None  # docker, launcher: the harness bundle's image
+    launcher_url: str | None = None  # launcher: the service's URL (it writes outputs where this process reads)
+    control_token: str | None = None
+    resume: bool = False
+
+
+class JobError(RuntimeError):
+    """The job cannot start; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class JobFolders:
+    root: Path
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def weights(self) -> Path:
+        return self.root / "weights"
+
+    @property
+    def outputs(self) -> Path:
+        return self.root / "outputs"
+
+    @property
+    def model(self) -> Path:
+        return self.root / "model"
+
+
+def run_job(config: JobConfig, options: TrainOptions) -> Path:
+    """Train; returns the final model folder."""
+    if config.backend == Backend.VLLM and (problems := gpu_stack_problems()):
+        raise JobError("the vLLM backend needs the GPU stack's versions:\n  " + "\n  ".join(problems))
+    settings = _launch_settings(config, options)
+    _check_reachable(options)
+    with JobArchive(options.output_root, options.job_name) as archive:
+        folders = JobFolders(archive.dir)
+        checkpoint = _line_up(archive, folders, options.resume)
+        archive.log(f"job {options.job_name}: backend {config.backend}, sandbox {options.sandbox},"
+                    f" proxy {options.proxy_url}, policy {options.policy_url}")
+        trainer = _train(config, options, settings, archive, folders, checkpoint)
+        final = _save_final(trainer, folders.model)
+        archive.log(f"done: final model in {final}")
+        return final
+
+
+def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, archive: JobArchive,
+           folders: JobFolders, checkpoint: Path | None) -> Any:
+    from transformers import AutoTokenizer
+
+    tasks = read_dataset(config.dataset)
+    functions = load_reward_functions(config.rewards, sorted({key for row in tasks for key in row}))
+    tokenizer = AutoTokenizer.from_pretrained(config.model)
+    if tokenizer.pad_token is None:  # as TRL does
+        tokenizer.pad_token = tokenizer.eos_token
+    control = ControlClient(options.proxy_url, token=options.control_token)
+    progress, versions = StepProgress(archive), PolicyVersions()
+    collector = GroupCollector(
+        control, _runner(options, folders), settings,
+        max_response_length=config.max_response_length, decoder=tokenizer,
+    )
+    callbacks: list[Any] = []
+    if config.backend == Backend.HF:
+        callbacks.append(HfWeightSync(PolicyAdmin(options.policy_url), folders.weights, versions,
+                                      report=archive.log, timing=progress.timing))
+    callbacks.append(StepMetricsCallback(progress))  # after the sync: see `progress`
+    reward_funcs, reward_weights = trl_reward_funcs(functions)
+    with RewardScorer(functions, config.reward_timeout_s) as scorer:
+        rollouts = HarnessRollouts(
+            tasks=tasks, collector=collector, scorer=scorer, archive=archive, progress=progress, versions=versions,
+            masked=MaskedRow(pad_id=tokenizer.pad_token_id, eos_id=tokenizer.eos_token_id),
+            max_parallel_rollouts=config.max_parallel_rollouts,
+            announce_to=control if config.backend == Backend.VLLM else None,
+        )
+        args = grpo_config_kwargs(config, output_dir=folders.checkpoints, policy_url=options.policy_url,
+                                  reward_weights=reward_weights)
+        trainer = build_trainer(config, args=args, tokenizer=tokenizer, dataset=trl_dataset(tasks),
+                                rollout_func=rollouts, reward_funcs=reward_funcs, callbacks=callbacks)
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    return trainer
+
+
+def _runner(options: TrainOptions, folders: JobFolders) -> RolloutRunner:
+    if options.sandbox == "launcher":
+        if not options.launcher_url:
+            raise JobError("--sandbox launcher needs --launcher-url")
+        return launcher_runner(options.launcher_url, token=options.control_token, subdir=options.job_name)
+    try:
+        return BackendRunner(sandbox_backend(options.sandbox), folders.outputs)
+    except (ImportError, RuntimeError) as error:  # no Docker SDK / daemon / gVisor: the backend says what to do
+        raise JobError(f"sandbox {options.sandbox!r} unavailable: {error}") from error
+
+
+def _launch_settings(config: JobConfig, options: TrainOptions) -> LaunchSettings:
+    if options.sandbox == "local":
+        image = str(config.harness_bundle)  # the local backend runs the bundle folder itself
+    elif options.image:
+        image = options.image
+    else:
+        raise JobError(f"--sandbox {options.sandbox} needs --image: the harness bundle's image (veri harness build)")
+    return LaunchSettings(
+        image=image, model_name=config.model.name, max_turns=config.max_turns, timeout_s=config.harness_timeout_s,
+        max_parallel=config.max_parallel_rollouts, labels={"job": options.job_name},
+    )
+
+
+def _line_up(archive: JobArchive, folders: JobFolders, resume: bool) -> Path | None:
+    """The checkpoint to resume from (None: step 0); refuses to start over an existing job unasked."""
+    if resume:
+        return prepare_resume(archive, folders.checkpoints)
+    done, checkpoint = archive.last_completed_step(), latest_checkpoint(folders.checkpoints)
+    if done is not None or checkpoint is not None:
+        raise JobError(f"job {archive.job_name} in {archive.dir} already ran (last archived step {done},"
+                       f" checkpoint {checkpoint}): pass --resume to continue it, or --name for a new job")
+    archive.discard_incomplete_steps()  # a first run stopped before its first step: set its rollouts aside
+    return None
+
+
+def _save_final(trainer: Any, folder: Path) -> Path:
+    from veri.trainer.weights import save_final_model
+
+    return save_final_model(trainer.model, trainer.processing_class, folder)
+
+
+def _check_reachable(options: TrainOptions) -> None:
+    for name, url in (("capture proxy", options.proxy_url), ("policy server", options.policy_url)):
+        try:
+            httpx.get(f"{url.rstrip('/')}/health", timeout=10).raise_for_status()
+        except httpx.HTTPError as error:
+            raise JobError(f"the {name} at {url} is not reachable ({error}): start it first"
+                           f" (or pass its URL: --{'proxy' if 'proxy' in name else 'policy'}-url)") from error

@@ -1,0 +1,103 @@
+"""Per-step metrics into the archive: the step's rollouts, its timings and TRL's own logs, one write per step.
+
+A step's metrics are written once its optimizer step is done and before TRL may checkpoint it (the
+archive's commit point must precede the checkpoint, see `archive`): in `on_log` when TRL logs that
+step (loss, grad norm, KL, entropy... under `train/`), else in `on_step_end`. HF's callback order makes
+both precede the save: on_step_end -> log (on_log) -> save. Timings (seconds): rollout and reward (the
+rollout function), weight_sync (the hf push), train (rollouts done -> optimizer step done, the sync
+excluded).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from veri.core.rollouts import RolloutRecord
+from veri.trainer.archive_metrics import step_metrics
+
+TRL_PREFIX = "train/"
+
+
+class MetricsArchive(Protocol):
+    def write_step_metrics(self, step: int, metrics: dict[str, float | int]) -> None: ...
+
+    def log(self, message: str) -> None: ...
+
+
+@dataclass
+class StepRecord:
+    step: int
+    records: list[RolloutRecord]
+    timings: dict[str, float]
+    rollouts_done: float  # time.monotonic() when the rollout function returned
+    extra: dict[str, float | int] = field(default_factory=dict)
+    trl_logs: dict[str, float] = field(default_factory=dict)
+
+
+class StepProgress:
+    """What the rollout function, the weight sync and TRL's logs know about the current step."""
+
+    def __init__(self, archive: MetricsArchive) -> None:
+        self.archive = archive
+        self.current: StepRecord | None = None
+
+    def begin(self, step: int, records: list[RolloutRecord], timings: dict[str, float],
+              extra: dict[str, float | int]) -> None:
+        self.flush()
+        self.current = StepRecord(step, records, dict(timings), time.monotonic(), dict(extra))
+
+    def timing(self, name: str, seconds: float) -> None:
+        if self.current is not None:
+            self.current.timings[name] = seconds
+
+    def trained(self) -> None:
+        """Called after the weight sync's on_step_end (the sync's own time is not training)."""
+        if self.current is not None:
+            elapsed = time.monotonic() - self.current.rollouts_done
+            self.current.timings["train"] = elapsed - self.current.timings.get("weight_sync", 0.0)
+
+    def trl_logs(self, logs: dict[str, Any]) -> None:
+        if self.current is not None:
+            numbers = {k: float(v) for k, v in logs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            self.current.trl_logs.update({k: v for k, v in numbers.items() if math.isfinite(v)})
+
+    def flush(self) -> None:
+        step = self.current
+        if step is None:
+            return
+        self.current = None
+        metrics = {**step_metrics(step.records, step.timings), **step.extra}
+        metrics |= {TRL_PREFIX + key: value for key, value in step.trl_logs.items()}
+        self.archive.write_step_metrics(step.step, metrics)
+        summary = f"step {step.step}: {metrics['trainable']}/{metrics['rollouts']} rollouts trainable"
+        if "reward/mean" in metrics:
+            summary += f", reward mean {metrics['reward/mean']:.4g}"
+        if TRL_PREFIX + "loss" in metrics:
+            summary += f", loss {metrics[TRL_PREFIX + 'loss']:.4g}"
+        self.archive.log(summary)
+
+
+class StepMetricsCallback(TrainerCallback):
+    """Register after the weight sync: its on_step_end must see the sync's time and TRL's `should_log`."""
+
+    def __init__(self, progress: StepProgress) -> None:
+        self.progress = progress
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
+        self.progress.trained()
+        if not control.should_log:  # no log this step: complete it now, before any checkpoint
+            self.progress.flush()
+
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+               logs: dict[str, Any] | None = None, **kw: Any) -> None:
+        if logs is not None and "loss" in logs:  # the per-step log (not the end-of-training summary)
+            self.progress.trl_logs(logs)
+            self.progress.flush()
+
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
+        self.progress.flush()

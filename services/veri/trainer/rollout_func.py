@@ -1,0 +1,132 @@
+"""TRL's `rollout_func`: a batch of task keys -> harness rollouts -> scored records -> TRL's rows.
+
+    rollouts(prompts, trainer) -> {"prompt_ids", "completion_ids", "logprobs", "env_mask", "veri_rewards"}
+
+TRL 1.16 calls it once per generation batch with the batch's prompts, each task key repeated
+num_generations times in a row (`tasks`), and wants one completion per prompt, in order. Here:
+  1. (vLLM) announce policy version = global_step to the proxy: TRL has just synced the weights;
+  2. every group runs at once (`collect.GroupCollector`), at most max_parallel_rollouts sandboxes
+     over the batch;
+  3. each record that no rule rejected is scored (`rewards.RewardScorer`, all at once);
+  4. every record is written to the archive under step = global_step, before any training on it;
+  5. the step's records and timings go to `progress` (metrics once the optimizer step is done);
+  6. the records become TRL's rows (`rows.rollout_output`: masked records add nothing to the loss
+     and leave their group's advantages alone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from veri.core.rollouts import RolloutRecord
+from veri.proxy.control_client import ControlClient
+from veri.trainer.collect import CollectedRollout, GroupCollector
+from veri.trainer.progress import StepProgress
+from veri.trainer.rewards import RewardInputs, RewardScorer
+from veri.trainer.rows import MaskedRow, rollout_output
+from veri.trainer.sync import PolicyVersions, announce_version
+from veri.trainer.tasks import TaskGroup, task_groups
+
+
+class RolloutArchive(Protocol):
+    def write_rollout(self, step: int, record: RolloutRecord, *, harness_log: str | None = None) -> Any: ...
+
+    def log(self, message: str) -> None: ...
+
+
+@dataclass
+class HarnessRollouts:
+    tasks: list[dict[str, Any]]  # the dataset rows, by task index
+    collector: GroupCollector
+    scorer: RewardScorer
+    archive: RolloutArchive
+    progress: StepProgress
+    versions: PolicyVersions
+    masked: MaskedRow
+    max_parallel_rollouts: int
+    announce_to: ControlClient | None = None  # vLLM: the proxy to announce versions to
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        step = trainer.state.global_step
+        groups = task_groups(prompts, trainer.num_generations)
+        if self.announce_to is not None:
+            announce_version(self.announce_to, step)
+        started = time.monotonic()
+        collected = asyncio.run(self._collect(step, groups))
+        rolled = time.monotonic()
+        logged: dict[str, list[float]] = {}
+        records = self._score(collected, trainer.state, logged)
+        scored = time.monotonic()
+        for record, rollout in zip(records, collected, strict=True):
+            self.archive.write_rollout(step, record, harness_log=harness_log(rollout))
+        extra = {f"reward_log/{name}": sum(values) / len(values) for name, values in logged.items() if values}
+        extra |= self._version_check(step, records)
+        timings = {"rollout": rolled - started, "reward": scored - rolled}
+        self.progress.begin(step, records, timings, extra)
+        return rollout_output(records, self.masked, [f.name for f in self.scorer.functions])
+
+    async def _collect(self, step: int, groups: list[TaskGroup]) -> list[CollectedRollout]:
+        size = groups[0].size
+        gate = asyncio.Semaphore(max(1, self.max_parallel_rollouts // size))  # groups running at once
+
+        async def one(group: TaskGroup) -> list[CollectedRollout]:
+            async with gate:
+                return await self.collector.collect(
+                    step=step, task_index=group.task_index, task=self.tasks[group.task_index], size=group.size,
+                    first_rollout_index=group.first_rollout_index,
+                )
+
+        per_group = await asyncio.gather(*(one(group) for group in groups))
+        return [rollout for group in per_group for rollout in group]
+
+    def _score(
+        self, collected: list[CollectedRollout], state: Any, logged: dict[str, list[float]]
+    ) -> list[RolloutRecord]:
+        """Score every record no rule rejected (the others keep `reward=None`: not scored, masked)."""
+        to_score = [c for c in collected if not c.record.episode.rejected]
+        inputs = [
+            RewardInputs.from_record(c.record, outputs=c.output_dir, trainer_state=state,
+                                     log_metric=_metric_logger(logged), log_extra=self._extra_logger(c.record))
+            for c in to_score
+        ]
+        outcomes = self.scorer.score_many(inputs)
+        scored = {c.record.rollout_id: outcome for c, outcome in zip(to_score, outcomes, strict=True)}
+        return [
+            c.record.model_copy(update={"reward": scored[c.record.rollout_id]}) if c.record.rollout_id in scored
+            else c.record
+            for c in collected
+        ]
+
+    def _version_check(self, step: int, records: list[RolloutRecord]) -> dict[str, int]:
+        expected = self.versions.expected(step)
+        stale = [(r.rollout_id, s.request_index, s.policy_version) for r in records for s in r.spans
+                 if s.policy_version != expected]
+        if stale:
+            self.archive.log(f"step {step}: {len(stale)} spans not sampled by policy version {expected}"
+                             f" (rollout, span, version): {stale[:5]}")
+        return {"policy_version/expected": expected, "policy_version/stale_spans": len(stale)}
+
+    def _extra_logger(self, record: RolloutRecord) -> Callable[[str, list[Any]], None]:
+        def log_extra(column: str, values: list[Any]) -> None:
+            self.archive.log(f"reward log_extra {column} (rollout {record.rollout_id}): {values!r}"[:2000])
+
+        return log_extra
+
+
+def harness_log(rollout: CollectedRollout) -> str:
+    launch = rollout.launch
+    lines = [f"status {launch.status}  exit code {launch.exit_code}  {launch.duration_s:.1f}s"]
+    if launch.infrastructure_error:
+        lines.append(f"infrastructure error: {launch.infrastructure_error}")
+    return "\n".join([*lines, "--- stdout (tail) ---", launch.stdout_tail, "--- stderr (tail) ---", launch.stderr_tail])
+
+
+def _metric_logger(logged: dict[str, list[float]]) -> Callable[[str, float], None]:
+    def log_metric(name: str, value: float) -> None:
+        logged.setdefault(name, []).append(float(value))
+
+    return log_metric

@@ -1,0 +1,108 @@
+"""Weight sync and the policy-version invariant: the rollouts of step k are sampled by policy version k.
+
+Step k is the k-th optimizer step (0-based; TRL's `global_step` is k while its rollouts are sampled),
+version 0 is the model folder's weights, and every weight update makes the next version.
+
+hf (CPU): `HfWeightSync`, a TrainerCallback.
+  train begin   the server must serve the trainer's weights. A fresh server (version 0) on a fresh
+                job already does; otherwise (a resumed job, a server that outlived an earlier job)
+                the weights are pushed now, and since the hf server numbers versions by the updates
+                it applied, spans then carry step + offset (`PolicyVersions`; the job log says so).
+  step end      after every optimizer step: the weights (LoRA merged) go to <folder>/step-<k+1>/ as
+                safetensors (written, then renamed), `POST /update_weights {"path"}`; the server applies
+                it between decode steps and answers the new version, which must be the next one.
+                Rollouts never run during a push (TRL's loop is sequential), so step k+1's spans all
+                carry version k+1. The server reports versions itself: nothing is announced to the proxy.
+vLLM (GPU): TRL pushes the weights over NCCL at the start of each step's generation (`_generate`:
+  `sync_weights()` when global_step changed), then calls the rollout function, which announces
+  version = global_step to the proxy (`announce_version`) before any session opens.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from veri.proxy.control_client import ControlClient
+from veri.trainer.policy_admin import PolicyAdmin
+from veri.trainer.weights import policy_state_dict, write_weights
+
+
+@dataclass
+class PolicyVersions:
+    """The policy version the rollouts of a step must carry."""
+
+    offset: int = 0  # server version - trainer step; 0 unless the server's count and the job's differ
+
+    def expected(self, step: int) -> int:
+        return step + self.offset
+
+
+def announce_version(control: ControlClient, step: int) -> int:
+    """vLLM: the weights TRL just synced are version `step`; spans opened from now on carry it."""
+    control.set_policy_version(step)
+    return step
+
+
+class WeightSyncError(RuntimeError):
+    pass
+
+
+class HfWeightSync(TrainerCallback):
+    def __init__(
+        self,
+        admin: PolicyAdmin,
+        folder: Path,
+        versions: PolicyVersions,
+        *,
+        report: Callable[[str], None],
+        timing: Callable[[str, float], None],
+    ) -> None:
+        self.admin = admin
+        self.folder = folder
+        self.versions = versions
+        self.report = report  # one line to the job log
+        self.timing = timing  # (name, seconds) into the step's metrics
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, model: Any = None, **kw: Any
+    ) -> None:
+        step = state.global_step
+        served = self.admin.policy_version()
+        if served == step and step == 0:
+            self.report("policy server at version 0 (the model folder's weights): step k's rollouts carry version k")
+            return
+        version = self._push(model, step)
+        self.versions.offset = version - step
+        self.report(
+            f"policy server was at version {served}, the job at step {step}: pushed the trainer's weights"
+            f" (version {version}); spans of step k carry version k{self.versions.offset:+d}, because the hf"
+            " server numbers versions by the updates it applied since it started"
+        )
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, model: Any = None, **kw: Any
+    ) -> None:
+        started = time.monotonic()
+        version = self._push(model, state.global_step)
+        expected = self.versions.expected(state.global_step)
+        if version != expected:
+            raise WeightSyncError(
+                f"the policy server answered version {version} after step {state.global_step - 1}'s update,"
+                f" expected {expected}: something else updates its weights; give the job its own policy server"
+            )
+        self.timing("weight_sync", time.monotonic() - started)
+
+    def _push(self, model: Any, step: int) -> int:
+        path = write_weights(self.folder, f"step-{step:06d}", policy_state_dict(model))
+        version = self.admin.update_weights(path)
+        for old in self.folder.glob("step-*"):  # the server has copied the weights in; keep only these
+            if old != path:
+                shutil.rmtree(old, ignore_errors=True)
+        return version

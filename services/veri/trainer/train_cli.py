@@ -1,0 +1,64 @@
+"""`veri train CONFIG [--resume]` — GRPO on harness rollouts, against a running policy server and proxy."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from veri.core import envs
+
+DEFAULT_PROXY_URL = "http://127.0.0.1:8000"
+DEFAULT_POLICY_URL = "http://127.0.0.1:8001"
+DEFAULT_LAUNCHER_URL = "http://127.0.0.1:8002"
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    train = commands.add_parser("train", help="train the policy with GRPO on harness rollouts (TRL)")
+    train.add_argument("config", type=Path, help="job file (.yaml or .toml)")
+    train.add_argument("--resume", action="store_true", help="continue the job from its last checkpoint")
+    train.add_argument("--name", default=None, help="job name: its folder under --output (default: the config's stem)")
+    train.add_argument("--output", type=Path, default=Path("build/jobs"), help="where job folders live")
+    train.add_argument("--proxy-url", default=os.environ.get(envs.VERI_PROXY_URL, DEFAULT_PROXY_URL),
+                       help=f"the capture proxy (default ${envs.VERI_PROXY_URL} or {DEFAULT_PROXY_URL})")
+    train.add_argument("--policy-url", default=os.environ.get(envs.VERI_POLICY_URL, DEFAULT_POLICY_URL),
+                       help=f"the policy server (default ${envs.VERI_POLICY_URL} or {DEFAULT_POLICY_URL})")
+    train.add_argument("--control-token", default=os.environ.get(envs.VERI_CONTROL_TOKEN),
+                       help=f"the proxy's control token (default ${envs.VERI_CONTROL_TOKEN})")
+    train.add_argument("--sandbox", choices=["docker", "launcher", "local"], default="docker",
+                       help="docker: gVisor sandboxes from this process; launcher: through the launcher service;"
+                            " local: plain subprocesses, for development only")
+    train.add_argument("--image", default=None, help="docker, launcher: the harness bundle's image")
+    train.add_argument("--launcher-url", default=os.environ.get(envs.VERI_LAUNCHER_URL, DEFAULT_LAUNCHER_URL),
+                       help=f"the launcher service (default ${envs.VERI_LAUNCHER_URL} or {DEFAULT_LAUNCHER_URL})")
+    train.add_argument("--base-dir", type=Path, default=None,
+                       help="where the config's relative paths start (default: the current directory)")
+    train.set_defaults(func=_train)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from veri.core.config import load_config
+    from veri.core.problems import ProblemsError
+    from veri.proxy.control_client import ControlError
+    from veri.trainer.job import JobError, TrainOptions, run_job
+    from veri.trainer.policy_admin import PolicyAdminError
+    from veri.trainer.rewards import check_reward_functions
+
+    try:
+        config = load_config(args.config, base_dir=args.base_dir, reward_check=check_reward_functions)
+    except ProblemsError as error:
+        print(error, file=sys.stderr)
+        return 1
+    options = TrainOptions(
+        proxy_url=args.proxy_url, policy_url=args.policy_url, output_root=args.output,
+        job_name=args.name or args.config.stem, sandbox=args.sandbox, image=args.image,
+        launcher_url=args.launcher_url, control_token=args.control_token, resume=args.resume,
+    )
+    try:
+        final = run_job(config, options)
+    except (JobError, ControlError, PolicyAdminError, ProblemsError) as error:
+        print(f"veri train: {error}", file=sys.stderr)
+        return 1
+    print(f"final model: {final}")
+    return 0

@@ -1,0 +1,128 @@
+"""Trainer fixtures: a harness bundle (a plain OpenAI-SDK tool loop making two calls), a policy server
+teacher-forced by rule (test-only scripted replies) so the random tiny model calls the tool and then
+answers differently per rollout, and a real capture proxy in front of it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.servers import RunningServer, start_server
+
+MAX_TOKENS = 24  # the proxy's per-call cap
+
+SCRIPT = [
+    {"if_last_user_turn_contains": "Look up the answer",
+     "reply": '<tool_call>\n{"name": "lookup", "arguments": {"key": "answer"}}\n</tool_call>'},
+    {"if_last_user_turn_contains": "veri-answer-0", "reply": "alpha"},
+    {"if_last_user_turn_contains": "veri-answer-1", "reply": "beta beta"},
+]
+
+AGENT = '''
+import json, os, pathlib, sys
+from openai import OpenAI
+
+task = json.loads(os.environ["VERI_TASK"])
+index = int(os.environ["VERI_ROLLOUT_INDEX"])
+if task.get("fail_rollout") == index:
+    sys.exit("this rollout crashes on purpose")
+client = OpenAI(max_retries=0)
+model = os.environ["VERI_POLICY_MODEL"]
+tools = [{"type": "function", "function": {"name": "lookup", "description": "Look a key up",
+          "parameters": {"type": "object", "properties": {"key": {"type": "string"}}}}}]
+messages = [{"role": "user", "content": task["prompt"]}]
+reply = client.chat.completions.create(model=model, messages=messages, tools=tools).choices[0].message
+messages.append(reply.model_dump(exclude_none=True))
+for call in reply.tool_calls or []:
+    messages.append({"role": "tool", "tool_call_id": call.id, "content": f"veri-answer-{index % 2}"})
+answer = client.chat.completions.create(model=model, messages=messages, tools=tools).choices[0].message.content
+pathlib.Path(os.environ["VERI_OUTPUT_DIR"], "answer.txt").write_text(answer or "")
+print("answer:", answer)
+'''
+
+REWARD = '''
+def reward(prompts, completions, outputs, expected, **kwargs):
+    answer = (outputs[0] / "answer.txt").read_text()
+    return [1.0 if expected[0] in answer else 0.0]
+'''
+
+
+def write_bundle(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "veri-harness.toml").write_text('name = "lookup"\nentrypoint = ["python", "agent.py"]\n')
+    (folder / "agent.py").write_text(AGENT)
+    return folder
+
+
+def write_tasks(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def write_job(folder: Path, model: Path, **overrides) -> Path:
+    """A CPU job over the bundle: 2 tasks x 2 rollouts per step (task 1's second rollout crashes)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_bundle(folder / "bundle")
+    write_tasks(folder / "tasks.jsonl", [
+        {"prompt": "Look up the answer, please.", "expected": "beta"},
+        {"prompt": "Look up the answer now.", "expected": "beta", "fail_rollout": 1},
+    ])
+    (folder / "reward.py").write_text(REWARD)
+    config = {
+        "model": str(model), "backend": "hf", "dataset": {"path": "tasks.jsonl"}, "harness_bundle": "bundle",
+        "rewards": [{"file": "reward.py"}], "rollouts_per_prompt": 2, "max_response_length": 64,
+        "sampling": {"max_tokens": MAX_TOKENS}, "learning_rate": 1e-4, "max_steps": 3, "harness_timeout_s": 60,
+        "grpo": {"per_device_train_batch_size": 4},
+        **overrides,
+    }
+    path = folder / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="session")
+def trainer_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("trainer-policy") / "script.json"
+    path.write_text(json.dumps(SCRIPT))
+    return path
+
+
+@pytest.fixture
+def stack(tiny_model: Path, trainer_script: Path, tmp_path: Path) -> Iterator[tuple[RunningServer, RunningServer]]:
+    """A fresh policy server (version 0) and a capture proxy in front of it: (policy, proxy)."""
+    policy_args = ["serve", "policy", "--model", str(tiny_model), "--scripted-replies", str(trainer_script),
+                   "--threads", "1"]
+    with start_server(policy_args) as policy:
+        proxy_args = ["serve", "proxy", "--policy-url", policy.url, "--model", str(tiny_model),
+                      "--store", str(tmp_path / "spans"), "--max-tokens", str(MAX_TOKENS)]
+        with start_server(proxy_args) as proxy:
+            yield policy, proxy
+
+
+def build_rollouts(config, proxy_url: str, tokenizer, archive, scorer, outputs: Path, *, announce: bool = False):
+    """The rollout function the job builds, over the local backend (`config`: a loaded JobConfig)."""
+    from veri.core.dataset import read_dataset
+    from veri.launcher.local import LocalBackend
+    from veri.proxy.control_client import ControlClient
+    from veri.trainer.collect import GroupCollector, LaunchSettings
+    from veri.trainer.progress import StepProgress
+    from veri.trainer.rollout_func import HarnessRollouts
+    from veri.trainer.rows import MaskedRow
+    from veri.trainer.runner import BackendRunner
+    from veri.trainer.sync import PolicyVersions
+
+    settings = LaunchSettings(image=str(config.harness_bundle), model_name="policy", max_turns=4, timeout_s=60,
+                              max_parallel=4)
+    control = ControlClient(proxy_url)
+    collector = GroupCollector(control, BackendRunner(LocalBackend(), outputs), settings,
+                               max_response_length=config.max_response_length, decoder=tokenizer)
+    return HarnessRollouts(
+        tasks=read_dataset(config.dataset), collector=collector, scorer=scorer, archive=archive,
+        progress=StepProgress(archive), versions=PolicyVersions(),
+        masked=MaskedRow(pad_id=tokenizer.pad_token_id, eos_id=tokenizer.eos_token_id), max_parallel_rollouts=4,
+        announce_to=control if announce else None,
+    )

@@ -1,0 +1,62 @@
+"""The hf weight sync's version bookkeeping, against a stand-in for the policy server's admin routes."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from veri.trainer.sync import HfWeightSync, PolicyVersions, WeightSyncError
+
+
+class FakeAdmin:
+    """Counts updates like the hf server: each accepted update is the next version."""
+
+    def __init__(self, version: int = 0) -> None:
+        self.version = version
+        self.paths: list[str] = []
+
+    def policy_version(self) -> int:
+        return self.version
+
+    def update_weights(self, path) -> int:
+        assert (path / "model.safetensors").is_file()
+        self.paths.append(path.name)
+        self.version += 1
+        return self.version
+
+
+def sync(admin: FakeAdmin, tmp_path, versions: PolicyVersions, lines: list[str]) -> HfWeightSync:
+    return HfWeightSync(admin, tmp_path, versions, report=lines.append, timing=lambda name, seconds: None)
+
+
+def test_fresh_job_on_a_fresh_server_pushes_after_every_step(tmp_path):
+    admin, versions, lines = FakeAdmin(), PolicyVersions(), []
+    callback, model = sync(admin, tmp_path, versions, lines), torch.nn.Linear(2, 2)
+    callback.on_train_begin(None, SimpleNamespace(global_step=0), None, model=model)
+    assert admin.paths == [] and versions.expected(0) == 0
+    for step in (1, 2):
+        callback.on_step_end(None, SimpleNamespace(global_step=step), None, model=model)
+    assert admin.paths == ["step-000001", "step-000002"] and admin.version == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["step-000002"]  # older weights are removed
+
+
+@pytest.mark.parametrize(("served", "step", "offset"), [(4, 0, 5), (0, 3, -2), (3, 3, 1)])
+def test_a_server_out_of_step_gets_the_weights_and_the_offset_is_reported(tmp_path, served, step, offset):
+    admin, versions, lines = FakeAdmin(served), PolicyVersions(), []
+    callback, model = sync(admin, tmp_path, versions, lines), torch.nn.Linear(2, 2)
+    callback.on_train_begin(None, SimpleNamespace(global_step=step), None, model=model)
+    assert admin.paths == [f"step-{step:06d}"] and versions.offset == offset
+    assert f"spans of step k carry version k{offset:+d}" in lines[0]
+    callback.on_step_end(None, SimpleNamespace(global_step=step + 1), None, model=model)
+    assert admin.version == versions.expected(step + 1)
+
+
+def test_an_update_someone_else_made_stops_the_job(tmp_path):
+    admin, versions = FakeAdmin(), PolicyVersions()
+    callback, model = sync(admin, tmp_path, versions, []), torch.nn.Linear(2, 2)
+    callback.on_train_begin(None, SimpleNamespace(global_step=0), None, model=model)
+    admin.version = 7
+    with pytest.raises(WeightSyncError, match="expected 1"):
+        callback.on_step_end(None, SimpleNamespace(global_step=1), None, model=model)

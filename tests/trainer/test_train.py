@@ -1,0 +1,91 @@
+"""`veri train` end to end on the tiny model, as a user runs it (a subprocess): local sandboxes, a real
+capture proxy and hf policy server, TRL GRPO steps, weight sync after every step, the archive."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.trainer.conftest import write_job
+from veri.trainer.archive import ArchiveIndex, read_metrics
+from veri.trainer.policy_admin import PolicyAdmin
+
+pytestmark = pytest.mark.slow
+
+
+def veri_train(job: Path, stack, output: Path, *extra: str) -> subprocess.CompletedProcess:
+    policy, proxy = stack
+    command = [sys.executable, "-m", "veri.cli", "train", str(job), "--sandbox", "local", "--proxy-url", proxy.url,
+               "--policy-url", policy.url, "--output", str(output), "--base-dir", str(job.parent), *extra]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+def span_versions(job_dir: Path) -> dict[int, set[int]]:
+    """Archive step -> the policy versions of every span of its rollouts."""
+    versions: dict[int, set[int]] = {}
+    with ArchiveIndex(job_dir) as index:
+        for row in index.rollouts(limit=1000):
+            record = index.read_rollout(row["path"])
+            versions.setdefault(row["step"], set()).update(span.policy_version for span in record.spans)
+    return versions
+
+
+def test_train_steps_sync_weights_and_archive_every_rollout(stack, tiny_model, tmp_path):
+    job = write_job(tmp_path / "job", tiny_model)
+    result = veri_train(job, stack, tmp_path / "jobs")
+    assert result.returncode == 0, result.stderr[-6000:]
+
+    job_dir = tmp_path / "jobs" / "job"
+    metrics = read_metrics(job_dir / "metrics.jsonl")
+    assert [line["step"] for line in metrics] == [0, 1, 2]
+    for line in metrics:
+        assert math.isfinite(line["train/loss"]) and line["train/grad_norm"] > 0
+        assert line["rollouts"] == 4 and line["trainable"] == 3 and line["rule/harness_failed"] == 1
+        assert line["time/weight_sync_s"] > 0 and line["policy_version/stale_spans"] == 0
+
+    # Every span of step k was sampled by policy version k (0 = the model folder's weights).
+    assert span_versions(job_dir) == {0: {0}, 1: {1}, 2: {2}}
+    assert PolicyAdmin(stack[0].url).policy_version() == 3  # the server serves the final weights
+    assert [p.name for p in (job_dir / "weights").iterdir()] == ["step-000003"]
+
+    # The final model is a transformers folder, and every parameter moved (TRL's test habit).
+    initial = load_file(tiny_model / "model.safetensors")
+    final = load_file(job_dir / "model" / "model.safetensors")
+    assert initial.keys() == final.keys()
+    unchanged = [name for name, tensor in initial.items() if torch.equal(tensor, final[name])]
+    assert not unchanged
+    assert (job_dir / "model" / "tokenizer.json").is_file() and (job_dir / "model" / "config.json").is_file()
+
+    # A second run of the same job must be asked to resume; resumed, it continues at the next step.
+    again = veri_train(job, stack, tmp_path / "jobs")
+    assert again.returncode == 1 and "pass --resume" in again.stderr
+    job = write_job(tmp_path / "job", tiny_model, max_steps=4)
+    resumed = veri_train(job, stack, tmp_path / "jobs", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-6000:]
+    metrics = read_metrics(job_dir / "metrics.jsonl")
+    assert [line["step"] for line in metrics] == [0, 1, 2, 3]
+    # The running hf server counts updates since it started: after the resume push, step 3 is version 4.
+    assert metrics[-1]["policy_version/expected"] == 4 and metrics[-1]["policy_version/stale_spans"] == 0
+    assert span_versions(job_dir)[3] == {4}
+    assert "spans of step k carry version k+1" in (job_dir / "logs" / "train.log").read_text()
+
+
+def test_lora_job_syncs_merged_weights_and_saves_a_merged_model(stack, tiny_model, tmp_path):
+    job = write_job(tmp_path / "job", tiny_model, max_steps=2, lora_rank=4, learning_rate=1e-2)
+    result = veri_train(job, stack, tmp_path / "jobs")
+    assert result.returncode == 0, result.stderr[-6000:]
+
+    job_dir = tmp_path / "jobs" / "job"
+    assert span_versions(job_dir) == {0: {0}, 1: {1}}
+    initial = load_file(tiny_model / "model.safetensors")
+    final = load_file(job_dir / "model" / "model.safetensors")
+    assert initial.keys() == final.keys()  # merged: no adapter tensors, the base model's names
+    changed = {name for name, tensor in initial.items() if not torch.equal(tensor, final[name])}
+    linear = {name for name in initial if name.endswith("proj.weight")}
+    assert changed == linear  # LoRA on every linear layer (not the lm_head), nothing else moved
