@@ -13,7 +13,10 @@ A record that is not trainable (rejected by a rule, or unscored) is *masked*: it
 placeholder row whose env_mask is 0, so it adds nothing to the loss, and None from every reward
 function, which TRL treats as unscorable: NaN reward, left out of its group's nanmean/nanstd
 baseline, advantage forced to 0 (`_generate_and_score_completions`, "unscorable_mask"). Its group's
-surviving members thus get exactly the advantages they would get without it.
+surviving members thus get exactly the advantages they would get without it, and with TRL's
+default loss (dapo, normalized by the batch's loss-mask tokens) the same loss and gradient too.
+(With loss_type grpo or luspo, TRL averages per-sequence losses over the batch, masked rows
+included, which scales the step down, as TRL's own masked truncated completions do.)
 """
 
 from __future__ import annotations
