@@ -9,3 +9,8 @@ HARNESS_OFFLINE ?=
 harness: venv docker
 	@test -n "$(BUNDLE)" || { echo "usage: make harness BUNDLE=harness-bundles/<name> [HARNESS_OFFLINE=1]"; exit 2; }
 	@$(BIN)/veri harness build $(BUNDLE) --prefix $(IMAGE_PREFIX) --vendor $(VENDOR) $(if $(HARNESS_OFFLINE),--offline)
+
+.PHONY: bench-sandbox
+# Launch-to-entrypoint overhead (p50/p95) and rollouts/s at 1, 16 and 64 concurrent gVisor sandboxes.
+bench-sandbox: venv docker
+	$(BIN)/python bench/sandbox_launch.py

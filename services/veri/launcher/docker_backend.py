@@ -71,6 +71,10 @@ class SandboxUnavailable(RuntimeError):
     """Docker / gVisor cannot run sandboxes here; the message names the fix."""
 
 
+class ImageProblem(RuntimeError):
+    """A rollout's image is missing or unusable; the message names the fix."""
+
+
 @dataclass(frozen=True)
 class ImageSpec:
     command: list[str]
@@ -151,10 +155,13 @@ class DockerBackend:
             try:
                 return await self._run(launch, Path(output_dir).absolute(), started)
             except ImageNotFound:
-                error = f"image {launch.image!r} is not on this machine: build it with `veri harness build BUNDLE`"
+                error = _missing_image(launch.image)
+            except ImageProblem as exc:
+                error = str(exc)
             except (DockerException, OSError) as exc:
-                log.exception("sandbox failed", rollout_id=launch.rollout_id)
+                log.error("sandbox failed", rollout_id=launch.rollout_id, error=f"{type(exc).__name__}: {exc}")
                 error = f"{type(exc).__name__}: {exc}"
+            shutil.rmtree(_logs_dir(Path(output_dir).absolute()), ignore_errors=True)
         return LaunchResult(rollout_id=launch.rollout_id, status=RolloutStatus.FAILED, infrastructure_error=error,
                             started_at=started, duration_s=time.time() - started)
 
@@ -176,12 +183,13 @@ class DockerBackend:
     async def _run(self, launch: RolloutLaunch, output_dir: Path, started: float) -> LaunchResult:
         limits = launch.limits
         spec = await self._call(self._image_spec, launch.image)
-        logs_dir = output_dir.parent / f".{output_dir.name}.logs"
+        logs_dir = _logs_dir(output_dir)
         await self._call(_prepare_dirs, output_dir, logs_dir)
         container = await self._call(self._create, launch, spec, output_dir, logs_dir)
         notes: list[str] = []
         exit_code: int | None = None
         guarded = False  # the guard killed it
+        guard: asyncio.Future | None = None
         try:
             await self._call(container.start)
             loop = asyncio.get_running_loop()
@@ -201,13 +209,14 @@ class DockerBackend:
                 else:
                     status = RolloutStatus.TRUNCATED
                     notes.append(f"[veri] still running after timeout_s={launch.timeout_s:g}: the sandbox was killed")
-            guard.cancel()
             if status is RolloutStatus.FAILED and exit_code is not None:
                 state = (await self._call(self._state, container)) or {}
                 if state.get("OOMKilled") or exit_code == 137:
                     notes.append(f"[veri] exit {exit_code}: killed — most likely the memory limit "
                                  f"({limits.memory_mb} MB, SandboxLimits.memory_mb)")
         finally:
+            if guard is not None:
+                guard.cancel()
             await self._call(self._remove, container)
         stdout, stderr = await self._call(_read_tails, logs_dir, limits.log_tail_bytes)
         await self._call(shutil.rmtree, logs_dir, True)
@@ -284,10 +293,14 @@ class DockerBackend:
         cached = self._images.get(image)
         if cached and time.monotonic() - cached.fetched < 60:
             return cached
-        config = self.client.images.get(image).attrs.get("Config") or {}
+        try:
+            config = self.client.images.get(image).attrs.get("Config") or {}
+        except ImageNotFound:
+            raise ImageProblem(_missing_image(image)) from None
         command = config.get("Cmd") or []
         if not command:
-            raise ImageNotFound(f"image {image!r} has no CMD: build harness images with `veri harness build BUNDLE`")
+            raise ImageProblem(f"image {image!r} has no CMD (the bundle's entrypoint): build harness images "
+                               "with `veri harness build BUNDLE`")
         env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
         spec = ImageSpec(command=list(command), home=env.get("HOME") or "/home/harness", fetched=time.monotonic())
         self._images[image] = spec
@@ -356,6 +369,14 @@ def _prepare_dirs(output_dir: Path, logs_dir: Path) -> None:
         path = logs_dir / name
         path.touch()
         path.chmod(0o666)
+
+
+def _missing_image(image: str) -> str:
+    return f"image {image!r} is not on this machine: build it with `veri harness build BUNDLE`"
+
+
+def _logs_dir(output_dir: Path) -> Path:
+    return output_dir.parent / f".{output_dir.name}.logs"
 
 
 def _read_tails(logs_dir: Path, limit: int) -> tuple[str, str]:
