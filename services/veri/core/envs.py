@@ -11,6 +11,11 @@ VERI_LAUNCHER_URL = "VERI_LAUNCHER_URL"  # `veri train --sandbox launcher`: the 
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"  # the GPUs this job may use
 SLURM_JOB_NUM_NODES = "SLURM_JOB_NUM_NODES"  # set inside a SLURM allocation: more than 1 = multi-node
 
+# --- the compose stack (compose.yaml, make up) ------------------------------------------------
+VERI_ROLLOUTS_NETWORK = "VERI_ROLLOUTS_NETWORK"  # docker network of proxy, webfixture and sandboxes
+VERI_STATE_DIR = "VERI_STATE_DIR"  # host folder of the stack's state (control token, spans, outputs)
+VERI_POLICY_SCRIPTED_REPLIES = "VERI_POLICY_SCRIPTED_REPLIES"  # test-only teacher-forced replies (policy)
+
 # --- the harness contract: set inside every rollout sandbox ---------------------------------
 OPENAI_BASE_URL = "OPENAI_BASE_URL"
 OPENAI_API_KEY = "OPENAI_API_KEY"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 
@@ -17,7 +18,8 @@ def register_serve(services: argparse._SubParsersAction) -> None:
     policy.add_argument("--max-batch-rows", type=int, default=64, help="completions decoded together at most")
     policy.add_argument("--max-logprobs", type=int, default=20, help="largest `logprobs` one request may ask")
     policy.add_argument(
-        "--scripted-replies", type=Path, default=None, help="test-only: JSON rules that teacher-force replies"
+        "--scripted-replies", type=Path, default=os.environ.get("VERI_POLICY_SCRIPTED_REPLIES") or None,
+        help="test-only: JSON rules that teacher-force replies (env VERI_POLICY_SCRIPTED_REPLIES)"
     )
     policy.set_defaults(func=_serve)
 

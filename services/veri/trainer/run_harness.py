@@ -1,0 +1,174 @@
+"""`veri run-harness`: run a harness bundle N times against the current policy, without training.
+
+The first thing a user does with a new harness: see the captured spans, the episode the trainer
+would build, the verdicts and (given a job config) the reward. Records are written in the archive's
+trajectory format, so `veri debug` reads them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from veri.core import envs
+from veri.core.harness import load_manifest
+from veri.core.launch import SandboxLimits
+from veri.core.rollouts import RolloutRecord
+from veri.launcher.backend import SandboxBackend
+from veri.proxy.control_client import ControlClient
+from veri.trainer.collect import CollectedRollout, GroupCollector, LaunchSettings
+from veri.trainer.runner import BackendRunner, sandbox_backend
+
+REPO_ROOT = Path(__file__).resolve().parents[3]  # the checkout (Makefile, build/) in an editable install
+
+
+class RunHarnessError(RuntimeError):
+    """Cannot run; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    bundle: Path
+    task: dict[str, Any]
+    task_index: int
+    n: int
+    out: Path
+    sandbox: str  # docker | local
+    proxy_url: str
+    control_token: str | None
+    model_name: str
+    max_turns: int
+    timeout_s: float
+    start_stack: bool
+
+
+def ensure_stack(options: RunOptions) -> None:
+    """The proxy answers, or (docker, in a checkout) `make up` brings the stack up."""
+    if _healthy(options.proxy_url):
+        return
+    if options.sandbox != "docker" or not options.start_stack or not (REPO_ROOT / "Makefile").exists():
+        raise RunHarnessError(f"no capture proxy at {options.proxy_url}: start the stack (`make up`) "
+                              "or pass --proxy-url")
+    print("run-harness: the stack is not up; running `make up` ...", flush=True)
+    done = subprocess.run(["make", "--no-print-directory", "up"], cwd=REPO_ROOT)
+    if done.returncode != 0 or not _healthy(options.proxy_url):
+        raise RunHarnessError("`make up` did not bring the stack up; see its output above")
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=3).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def image_for(options: RunOptions) -> str:
+    """docker: the bundle's image (built when missing); local: the bundle folder itself."""
+    if options.sandbox == "local":
+        load_manifest(options.bundle)
+        return str(options.bundle)
+    import docker
+
+    from veri.harness.build import build_bundle_image
+
+    return build_bundle_image(options.bundle, docker.from_env(timeout=600))
+
+
+def run(options: RunOptions) -> list[CollectedRollout]:
+    manifest = load_manifest(options.bundle)
+    ensure_stack(options)
+    image = image_for(options)
+    control = ControlClient(options.proxy_url, token=options.control_token)
+    runner = BackendRunner(_backend(options.sandbox), options.out / "outputs")
+    settings = LaunchSettings(image=image, model_name=options.model_name, max_turns=options.max_turns,
+                              timeout_s=options.timeout_s, max_parallel=options.n, limits=SandboxLimits(),
+                              labels={"job": "run-harness", "bundle": manifest.name})
+    collector = GroupCollector(control, runner, settings, max_response_length=1 << 30)
+    collected = asyncio.run(collector.collect(step=0, task_index=options.task_index, task=options.task,
+                                              size=options.n))
+    for rollout in collected:
+        write_record(options.out, rollout)
+    return collected
+
+
+def _backend(sandbox: str) -> SandboxBackend:
+    if sandbox == "docker":  # on the stack's rollouts network, next to the proxy and the web fixture
+        from veri.launcher.docker_backend import DockerBackend
+
+        return DockerBackend(network=os.environ.get(envs.VERI_ROLLOUTS_NETWORK, "veri-rollouts"),
+                             launcher_id="run-harness")
+    return sandbox_backend(sandbox)
+
+
+def write_record(out: Path, rollout: CollectedRollout) -> Path:
+    record = rollout.record
+    path = out / f"task-{record.task_index}" / f"rollout-{record.rollout_index}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(record.model_dump_json(indent=1))
+    os.replace(temporary, path)
+    log = path.with_suffix(".log")
+    log.write_text(f"--- stdout (tail) ---\n{rollout.launch.stdout_tail}\n--- stderr (tail) ---\n"
+                   f"{rollout.launch.stderr_tail}\n")
+    return path
+
+
+def final_answer(rollout: CollectedRollout) -> str:
+    """What the harness left in answer.txt, else the policy's last reply."""
+    if rollout.output_dir and (rollout.output_dir / "answer.txt").is_file():
+        return (rollout.output_dir / "answer.txt").read_text().strip()
+    spans = rollout.record.spans
+    return str(spans[-1].reply_message.get("content") or "").strip() if spans else ""
+
+
+def summary_rows(collected: list[CollectedRollout]) -> list[dict[str, Any]]:
+    rows = []
+    for rollout in collected:
+        record: RolloutRecord = rollout.record
+        row = record.episode.row
+        rows.append({
+            "rollout": record.rollout_index,
+            "status": record.status.value,
+            "exit": record.exit_code,
+            "turns": len(record.spans),
+            "prompt_tokens": len(row.prompt_ids) if row else 0,
+            "completion_tokens": sum(row.env_mask) if row else 0,
+            "env_tokens": (len(row.env_mask) - sum(row.env_mask)) if row else 0,
+            "prompt_sources": [span.prompt_source.value for span in record.spans],
+            "verdicts": [verdict.rule.value for verdict in record.episode.verdicts],
+            "answer": final_answer(rollout),
+            "stderr_tail": "\n".join(rollout.launch.stderr_tail.strip().splitlines()[-3:]),
+        })
+    return rows
+
+
+def default_control_token() -> str | None:
+    if token := os.environ.get(envs.VERI_CONTROL_TOKEN):
+        return token
+    state = Path(os.environ.get("VERI_STATE_DIR", REPO_ROOT / "build" / "state")) / "control_token"
+    return state.read_text().strip() if state.is_file() else None
+
+
+def load_task(task_json: str | None, dataset: Path | None, index: int) -> dict[str, Any]:
+    if task_json is not None:
+        task = json.loads(task_json)
+        return task if isinstance(task, dict) else {"prompt": task}
+    if dataset is None:
+        raise RunHarnessError("give --task JSON or --dataset FILE --index I")
+    with dataset.open() as lines:
+        for number, line in enumerate(lines):
+            if number == index:
+                return json.loads(line)
+    raise RunHarnessError(f"{dataset} has no row {index}")
+
+
+def default_out() -> Path:
+    return REPO_ROOT / "build" / "run-harness" / time.strftime("%Y%m%d-%H%M%S")
