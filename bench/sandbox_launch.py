@@ -25,7 +25,7 @@ import docker
 
 from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch, SandboxLimits
 from veri.harness.build import build_bundle_image
-from veri.launcher.docker_backend import DockerBackend, rollouts_network_options
+from veri.launcher.docker_backend import DockerBackend, ensure_rollouts_network
 from veri.launcher.group import run_group
 
 ENTRYPOINT = ["bash", "-c", 'echo "$EPOCHREALTIME" > "$VERI_OUTPUT_DIR/entered"']
@@ -79,37 +79,22 @@ async def level(backend: Timed, image: str, concurrency: int, count: int, out: P
 
 async def main_async(args: argparse.Namespace) -> int:
     client = docker.from_env(timeout=300, max_pool_size=256)
-    network_name = args.network
-    network = None
-    if network_name is None:
-        network_name = f"veri-bench-rollouts-{uuid.uuid4().hex[:6]}"
-        network = client.networks.create(network_name, **rollouts_network_options())
-    try:
-        with tempfile.TemporaryDirectory(prefix="veri-bench-") as tmp:
-            bundle = Path(tmp) / "bundle"
-            bundle.mkdir()
-            # A JSON array of strings is a TOML array too.
-            (bundle / "veri-harness.toml").write_text(f'name = "bench_trivial"\nentrypoint = {json.dumps(ENTRYPOINT)}\n')
-            image = build_bundle_image(bundle, client, download=False, log=lambda m: None)
-            levels = [int(x) for x in args.levels.split(",")]
-            backend = Timed(DockerBackend(network=network_name, client=client, launcher_id=f"bench-{uuid.uuid4().hex[:6]}",
-                                          max_sandboxes=max(levels), host_paths={}))
-            await level(backend, image, 1, 2, Path(tmp) / "warmup")  # image cache, first-run costs
-            rows = []
-            for concurrency in levels:
-                count = args.rollouts or max(20, 2 * concurrency)
-                rows.append(await level(backend, image, concurrency, count, Path(tmp) / f"c{concurrency}"))
-            backend.inner.close()
-    finally:
-        if network is not None:
-            for attempt in range(30):  # endpoints of just-removed containers go away asynchronously
-                try:
-                    network.remove()
-                    break
-                except docker.errors.APIError as exc:
-                    if attempt == 29:
-                        print(f"warning: could not remove network {network_name}: {exc}", file=sys.stderr)
-                    time.sleep(1)
+    network_name = args.network or ensure_rollouts_network(client, "veri-bench-rollouts").name
+    with tempfile.TemporaryDirectory(prefix="veri-bench-") as tmp:
+        bundle = Path(tmp) / "bundle"
+        bundle.mkdir()
+        # A JSON array of strings is a TOML array too.
+        (bundle / "veri-harness.toml").write_text(f'name = "bench_trivial"\nentrypoint = {json.dumps(ENTRYPOINT)}\n')
+        image = build_bundle_image(bundle, client, download=False, log=lambda m: None)
+        levels = [int(x) for x in args.levels.split(",")]
+        backend = Timed(DockerBackend(network=network_name, client=client, launcher_id=f"bench-{uuid.uuid4().hex[:6]}",
+                                      max_sandboxes=max(levels), host_paths={}))
+        await level(backend, image, 1, 2, Path(tmp) / "warmup")  # image cache, first-run costs
+        rows = []
+        for concurrency in levels:
+            count = args.rollouts or max(20, 2 * concurrency)
+            rows.append(await level(backend, image, concurrency, count, Path(tmp) / f"c{concurrency}"))
+        backend.inner.close()
     print(f"sandbox launch (runsc, {image.split(':')[0]}), launch-to-entrypoint overhead and throughput:")
     print(f"{'concurrent':>10} {'rollouts':>8} {'failed':>6} {'p50 s':>7} {'p95 s':>7} {'rollouts/s':>10} "
           f"{'rollout p50 s':>13}")
@@ -126,7 +111,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="1,16,64", help="concurrent sandboxes, comma-separated")
     parser.add_argument("--rollouts", type=int, default=0, help="rollouts per level (default max(20, 2 x level))")
-    parser.add_argument("--network", default=None, help="an existing rollouts network (default: a temporary one)")
+    parser.add_argument("--network", default=None, help="an existing rollouts network (default: veri-bench-rollouts, "
+                                                        "created when missing and kept)")
     return asyncio.run(main_async(parser.parse_args()))
 
 

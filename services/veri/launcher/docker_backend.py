@@ -31,6 +31,7 @@ import re
 import secrets
 import shutil
 import socket
+import threading
 import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -90,6 +91,23 @@ def rollouts_network_options() -> dict[str, Any]:
             "options": {"com.docker.network.bridge.inhibit_ipv4": "true"}}
 
 
+def ensure_rollouts_network(client: docker.DockerClient, name: str) -> Any:
+    """The named network, created with `rollouts_network_options` when missing. Tests and benches keep
+    theirs (fixed names, never removed): dockerd 20.10 can leave a network's endpoint count off after
+    many concurrent container removals, and such a network cannot be removed until dockerd restarts -
+    fresh networks per run would eat docker's address pools."""
+    try:
+        return client.networks.get(name)
+    except NotFound:
+        pass
+    try:
+        return client.networks.create(name, check_duplicate=True, **rollouts_network_options())
+    except APIError as exc:
+        if exc.status_code != 409:  # someone else created it just now
+            raise
+        return client.networks.get(name)
+
+
 class DockerBackend:
     name = "docker"
 
@@ -144,6 +162,9 @@ class DockerBackend:
         mounts = self._own_mounts() if host_paths is None else host_paths
         self.host_paths = {Path(k): Path(v) for k, v in mounts.items()}
         self._images: dict[str, ImageSpec] = {}
+        # dockerd 20.10 sometimes leaks a network endpoint when containers of one network are removed
+        # concurrently (the network then cannot be removed until dockerd restarts): one at a time.
+        self._removing = threading.Lock()
 
     # --- the SandboxBackend protocol ------------------------------------------------------------
 
@@ -322,7 +343,8 @@ class DockerBackend:
 
     def _remove(self, container: Any) -> None:
         try:
-            container.remove(force=True)
+            with self._removing:
+                container.remove(force=True)
         except NotFound:
             pass
         except APIError as exc:

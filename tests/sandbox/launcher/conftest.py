@@ -5,27 +5,23 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from tests.sandbox.conftest import LABEL
 
 HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="session")
-def rollouts_network(docker_client) -> Iterator[str]:
-    from veri.launcher.docker_backend import rollouts_network_options
+def rollouts_network(docker_client) -> str:
+    """veri-test-rollouts, kept between runs (see ensure_rollouts_network)."""
+    from veri.launcher.docker_backend import ensure_rollouts_network
 
-    name = f"veri-test-rollouts-{uuid.uuid4().hex[:8]}"
-    network = docker_client.networks.create(name, labels={LABEL: "1"}, **rollouts_network_options())
-    yield name
-    network.reload()
-    for container in network.containers:
-        container.remove(force=True)
-    network.remove()
+    network = ensure_rollouts_network(docker_client, "veri-test-rollouts")
+    options = network.attrs.get("Options") or {}
+    assert network.attrs.get("Internal") and options.get("com.docker.network.bridge.inhibit_ipv4") == "true", \
+        "veri-test-rollouts exists without the launcher's options: docker network rm veri-test-rollouts"
+    return network.name
 
 
 @pytest.fixture(scope="session")
