@@ -137,7 +137,8 @@ class DockerBackend:
         runtimes = info.get("Runtimes") or {}
         if unsafe_runc:
             self.runtime = "runc"
-            log.warning("sandbox.unsafe_runc: harnesses run under runc, NOT gVisor - no isolation from the host kernel")
+            log.warning("sandbox.unsafe_runc: harnesses run under runc, NOT gVisor - no isolation from the host "
+                        "kernel, and ulimit nproc then counts every sandbox's uid-1000 processes together")
         elif "runsc" in runtimes:
             self.runtime = "runsc"
         else:
@@ -162,8 +163,9 @@ class DockerBackend:
         mounts = self._own_mounts() if host_paths is None else host_paths
         self.host_paths = {Path(k): Path(v) for k, v in mounts.items()}
         self._images: dict[str, ImageSpec] = {}
-        # dockerd 20.10 sometimes leaks a network endpoint when containers of one network are removed
-        # concurrently (the network then cannot be removed until dockerd restarts): one at a time.
+        # dockerd 20.10 sometimes leaves a network's endpoint count off when its containers are removed
+        # concurrently (the network then cannot be removed until dockerd restarts); removing them one
+        # at a time makes that much rarer (measured: 1 in 6 bursts of 64 instead of 1 in 2).
         self._removing = threading.Lock()
 
     # --- the SandboxBackend protocol ------------------------------------------------------------
