@@ -13,3 +13,8 @@ down:
 
 logs:
 	@VERI_CONTROL_TOKEN=unused $(COMPOSE) -p $${VERI_PROJECT:-veri} logs --tail 100
+
+.PHONY: train
+# make train CONFIG=config/url_extract_cpu.yaml [RESUME=1] [NAME=job]
+train: images venv
+	@COMPOSE="$(COMPOSE)" CONFIG="$(CONFIG)" RESUME="$(RESUME)" NAME="$(NAME)" scripts/stack/train.sh
