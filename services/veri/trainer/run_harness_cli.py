@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -47,7 +48,7 @@ def _run(args: argparse.Namespace) -> int:
     except (RunHarnessError, ManifestError) as error:
         print(f"veri run-harness: {error}", file=sys.stderr)
         return 1
-    console = Console()
+    console = Console(width=max(140, shutil.get_terminal_size().columns))
     table = Table(title=f"{args.bundle.name}: {len(collected)} rollout(s) of task {args.index}")
     for column in ("rollout", "status", "turns", "tokens p/c/env", "prompt source per span", "verdicts", "answer"):
         table.add_column(column)
