@@ -1,7 +1,8 @@
 # veri/runtime — one image for all of veri's own services (policy hf backend, proxy, launcher,
 # trainer, console): python3 + veri's dependencies (CPU torch only) from vendor/wheels/runtime,
 # installed offline, + the veri package (editable install of /src, so every file under services/
-# ships). Build: make images.
+# ships). Build: make images. It lives here, not in services/docker/: the editable install puts
+# services/ on sys.path, where a docker/ folder would shadow the Docker SDK.
 ARG OS_IMAGE=veri/os-base
 
 FROM ${OS_IMAGE} AS deps

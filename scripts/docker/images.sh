@@ -32,5 +32,5 @@ CLAUDE_CODE_VERSION=$CLAUDE_CODE_VERSION" \
   "$here/build-image.sh" "$PREFIX/base-claude-agent" base-images/claude-agent/Dockerfile \
   "$VENDOR/npm" "$VENDOR/wheels/claude-agent"
 EXTRA_CA="" PARENTS=$os BUILD_ARGS="OS_IMAGE=$os" \
-  "$here/build-image.sh" "$PREFIX/runtime" services/docker/runtime.Dockerfile \
+  "$here/build-image.sh" "$PREFIX/runtime" services/runtime.Dockerfile \
   pyproject.toml services "$VENDOR/wheels/runtime"
