@@ -79,7 +79,10 @@ class StepProgress:
             summary += f", reward mean {metrics['reward/mean']:.4g}"
         if TRL_PREFIX + "loss" in metrics:
             summary += f", loss {metrics[TRL_PREFIX + 'loss']:.4g}"
+        times = ", ".join(f"{name} {step.timings[name]:.1f}s" for name in ("rollout", "reward", "train", "weight_sync")
+                          if name in step.timings)
         self.archive.log(summary)
+        print(f"{summary} ({times})" if times else summary, flush=True)  # the one line per step a user watches
 
 
 class StepMetricsCallback(TrainerCallback):
