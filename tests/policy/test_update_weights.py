@@ -167,3 +167,13 @@ def test_update_waits_for_rows_in_flight_and_requests_queue_behind_it(
         assert long.result(timeout=120)["policy_version"] == version
         assert update.result(timeout=120).json() == {"policy_version": version + 1}
         assert queued.result(timeout=120)["policy_version"] == version + 1
+
+
+def test_the_trainer_can_name_the_version(updatable: httpx.Client, reference_model: PreTrainedModel,
+                                          tmp_path: Path) -> None:
+    """A resumed job pushes its checkpoint as version = its step, whatever the server counted."""
+    path = write_weights(perturbed_weights(reference_model, scale=0.1, seed=3), tmp_path / "named.safetensors")
+    response = updatable.post("/update_weights", json={"path": str(path), "policy_version": 7})
+    assert response.status_code == 200 and response.json() == {"policy_version": 7}
+    assert _greedy(updatable, 2) and complete(updatable, prompt=[5], max_tokens=1)["policy_version"] == 7
+    assert updatable.post("/update_weights", json={"path": str(path), "policy_version": -1}).status_code == 400

@@ -11,7 +11,7 @@ from veri.trainer.sync import HfWeightSync, PolicyVersions, WeightSyncError
 
 
 class FakeAdmin:
-    """Counts updates like the hf server: each accepted update is the next version."""
+    """Versions like the hf server: the version the trainer names, else the next one."""
 
     def __init__(self, version: int = 0) -> None:
         self.version = version
@@ -20,10 +20,10 @@ class FakeAdmin:
     def policy_version(self) -> int:
         return self.version
 
-    def update_weights(self, path) -> int:
+    def update_weights(self, path, version=None) -> int:
         assert (path / "model.safetensors").is_file()
         self.paths.append(path.name)
-        self.version += 1
+        self.version = self.version + 1 if version is None else version
         return self.version
 
 
@@ -42,13 +42,14 @@ def test_fresh_job_on_a_fresh_server_pushes_after_every_step(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["step-000002"]  # older weights are removed
 
 
-@pytest.mark.parametrize(("served", "step", "offset"), [(4, 0, 5), (0, 3, -2), (3, 3, 1)])
-def test_a_server_out_of_step_gets_the_weights_and_the_offset_is_reported(tmp_path, served, step, offset):
+@pytest.mark.parametrize(("served", "step"), [(4, 0), (0, 3), (3, 3)])
+def test_a_server_out_of_step_gets_the_weights_as_the_jobs_step(tmp_path, served, step):
+    """A resumed job (or a reused server): the checkpoint's weights go in as version = step."""
     admin, versions, lines = FakeAdmin(served), PolicyVersions(), []
     callback, model = sync(admin, tmp_path, versions, lines), torch.nn.Linear(2, 2)
     callback.on_train_begin(None, SimpleNamespace(global_step=step), None, model=model)
-    assert admin.paths == [f"step-{step:06d}"] and versions.offset == offset
-    assert f"spans of step k carry version k{offset:+d}" in lines[0]
+    assert admin.paths == [f"step-{step:06d}"] and versions.offset == 0 and admin.version == step
+    assert f"weights as version {step}" in lines[0]
     callback.on_step_end(None, SimpleNamespace(global_step=step + 1), None, model=model)
     assert admin.version == versions.expected(step + 1)
 
@@ -58,5 +59,5 @@ def test_an_update_someone_else_made_stops_the_job(tmp_path):
     callback, model = sync(admin, tmp_path, versions, []), torch.nn.Linear(2, 2)
     callback.on_train_begin(None, SimpleNamespace(global_step=0), None, model=model)
     admin.version = 7
-    with pytest.raises(WeightSyncError, match="expected 1"):
+    with pytest.raises(WeightSyncError, match="at version 7 after step 0, expected 0"):
         callback.on_step_end(None, SimpleNamespace(global_step=1), None, model=model)

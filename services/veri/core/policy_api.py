@@ -74,6 +74,9 @@ class UpdateWeightsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str = Field(min_length=1)
+    policy_version: int | None = Field(
+        default=None, ge=0, description="the version these weights are (the trainer's step); default: current + 1"
+    )
 
 
 class PolicyVersionResponse(BaseModel):

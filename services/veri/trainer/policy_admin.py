@@ -22,9 +22,10 @@ class PolicyAdmin:
     def policy_version(self) -> int:
         return PolicyVersionResponse.model_validate(self._call("GET", "/policy_version")).policy_version
 
-    def update_weights(self, path: Path) -> int:
-        """Load the safetensors at `path` (a path the *server* can read); returns the new policy version."""
-        body = UpdateWeightsRequest(path=str(path)).model_dump()
+    def update_weights(self, path: Path, version: int | None = None) -> int:
+        """Load the safetensors at `path` (a path the *server* can read) as `version` (default: the
+        server's next); returns the new policy version."""
+        body = UpdateWeightsRequest(path=str(path), policy_version=version).model_dump(exclude_none=True)
         return PolicyVersionResponse.model_validate(self._call("POST", "/update_weights", json=body)).policy_version
 
     def close(self) -> None:

@@ -78,30 +78,30 @@ class HfWeightSync(TrainerCallback):
         if served == step and step == 0:
             self.report("policy server at version 0 (the model folder's weights): step k's rollouts carry version k")
             return
-        version = self._push(model, step)
+        version = self._push(model, step)  # e.g. a resumed job: the server gets the checkpoint's weights
         self.versions.offset = version - step
-        self.report(
-            f"policy server was at version {served}, the job at step {step}: pushed the trainer's weights"
-            f" (version {version}); spans of step k carry version k{self.versions.offset:+d}, because the hf"
-            " server numbers versions by the updates it applied since it started"
-        )
+        self.report(f"policy server was at version {served}, the job at step {step}: pushed the trainer's"
+                    f" weights as version {version}")
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, model: Any = None, **kw: Any
     ) -> None:
         started = time.monotonic()
-        version = self._push(model, state.global_step)
-        expected = self.versions.expected(state.global_step)
-        if version != expected:
+        served, previous = self.admin.policy_version(), self.versions.expected(state.global_step - 1)
+        if served != previous:
             raise WeightSyncError(
-                f"the policy server answered version {version} after step {state.global_step - 1}'s update,"
-                f" expected {expected}: something else updates its weights; give the job its own policy server"
+                f"the policy server is at version {served} after step {state.global_step - 1}, expected"
+                f" {previous}: something else updates its weights; give the job its own policy server"
             )
+        version = self._push(model, state.global_step)
+        if version != self.versions.expected(state.global_step):
+            raise WeightSyncError(f"the policy server took the weights of step {state.global_step} as version"
+                                  f" {version}: it does not honour the version the trainer names")
         self.timing("weight_sync", time.monotonic() - started)
 
     def _push(self, model: Any, step: int) -> int:
         path = write_weights(self.folder, f"step-{step:06d}", policy_state_dict(model))
-        version = self.admin.update_weights(path)
+        version = self.admin.update_weights(path, version=step)
         for old in self.folder.glob("step-*"):  # the server has copied the weights in; keep only these
             if old != path:
                 shutil.rmtree(old, ignore_errors=True)

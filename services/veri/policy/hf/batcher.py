@@ -189,7 +189,8 @@ class Batcher:
             log.exception("weight update failed", source=job.update.source)
             _fail(job.loop, job.future, EngineFailure(f"applying {job.update.source} failed: {exc}"))
             return
-        self.policy_version += 1
+        # The trainer names the version (its step), so a resumed job's spans still carry step k = version k.
+        self.policy_version = job.update.version if job.update.version is not None else self.policy_version + 1
         self.stats.weight_updates += 1
         log.info("weights updated", source=job.update.source, policy_version=self.policy_version)
         _resolve(job.loop, job.future, self.policy_version)

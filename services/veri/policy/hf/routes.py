@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from pathlib import Path
 
@@ -63,6 +64,7 @@ async def policy_version(request: Request) -> PolicyVersionResponse:
 @router.post("/update_weights")
 async def update_weights(body: UpdateWeightsRequest, request: Request) -> PolicyVersionResponse:
     update = await asyncio.to_thread(read_update, Path(body.path), _model(request).model)
+    update = dataclasses.replace(update, version=body.policy_version)
     return PolicyVersionResponse(policy_version=await _batcher(request).update_weights(update))
 
 

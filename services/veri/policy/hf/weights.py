@@ -27,6 +27,7 @@ _SHOWN = 5  # names listed in an error message before "..."
 class WeightUpdate:
     source: str
     tensors: dict[str, torch.Tensor]  # state-dict name -> tensor, already in the parameter's dtype
+    version: int | None = None  # the version the trainer names (its step); None: current + 1
 
 
 def read_update(path: Path, model: PreTrainedModel) -> WeightUpdate:
