@@ -26,6 +26,10 @@ from veri.proxy.store import SpanStore
 
 log = structlog.get_logger("veri.proxy")
 
+# Harness SDKs keep connections open between turns; uvicorn's 5 s default closes them while a tool
+# runs, and a client that reuses one just as it closes sees "server disconnected".
+KEEP_ALIVE_S = 120
+
 
 def create_app(settings: ProxySettings) -> FastAPI:
     @asynccontextmanager
@@ -91,9 +95,10 @@ def settings_as_env(settings: ProxySettings) -> dict[str, str]:
 def serve(args: argparse.Namespace) -> None:
     settings = settings_from_args(args)
     if args.workers == 1:
-        uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="warning")
+        uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="warning",
+                    timeout_keep_alive=KEEP_ALIVE_S)
         return
     # Several processes share nothing but the span store, which holds every session's state.
     os.environ.update(settings_as_env(settings))
     uvicorn.run("veri.proxy.app:app_from_env", factory=True, workers=args.workers,
-                host=args.host, port=args.port, log_level="warning")
+                host=args.host, port=args.port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S)

@@ -16,7 +16,10 @@ class ControlError(RuntimeError):
 class ControlClient:
     def __init__(self, base_url: str, *, token: str | None = None, timeout_s: float = 30.0):
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
+        # No keep-alive: control calls are few, and a reused connection the server is just closing
+        # fails a POST that must not be retried blindly (it would open a second session).
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s,
+                                  limits=httpx.Limits(max_keepalive_connections=0))
 
     def open_session(self, rollout_id: str | None = None, metadata: dict[str, Any] | None = None) -> SessionInfo:
         body = SessionCreate(rollout_id=rollout_id, metadata=metadata or {}).model_dump(exclude_none=True)

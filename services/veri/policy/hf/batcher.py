@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
@@ -54,6 +55,7 @@ class BatcherStats:
     peak_batch_requests: int = 0  # most distinct requests decoded in one step
     weight_updates: int = 0
     engine_failures: int = 0
+    generation_s: float = 0.0  # wall time spent in prefill and decode forward passes
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,10 @@ class Batcher:
         self.stats.requests += len(jobs)
         self.stats.rows += len(rows)
         self.stats.prefills += 1
-        self._finish(self._batch.admit(rows))
+        started = time.perf_counter()
+        finished = self._batch.admit(rows)
+        self.stats.generation_s += time.perf_counter() - started
+        self._finish(finished)
 
     def _step(self) -> None:
         rows = len(self._batch)
@@ -173,7 +178,10 @@ class Batcher:
         self.stats.decoded_rows += rows
         self.stats.peak_batch_rows = max(self.stats.peak_batch_rows, rows)
         self.stats.peak_batch_requests = max(self.stats.peak_batch_requests, requests)
-        self._finish(self._batch.step())
+        started = time.perf_counter()
+        finished = self._batch.step()
+        self.stats.generation_s += time.perf_counter() - started
+        self._finish(finished)
 
     def _finish(self, rows: list[Row]) -> None:
         for row in rows:
