@@ -13,11 +13,18 @@ TEST_DEPS :=
 .PHONY: help venv tiny-model claude-code test bench-proxy
 
 help:
-	@echo "make venv          .venv with veri and everything the tests need (CPU torch from the local wheel)"
+	@echo "make test          the whole suite (builds everything it needs; what .ci/run runs)"
+	@echo "make venv          .venv with veri and its test deps (CPU torch from the local wheel)"
 	@echo "make tiny-model    the deterministic tiny test model in $(TINY_MODEL)"
 	@echo "make claude-code   Claude Code $(CLAUDE_CODE_VERSION) (npm) in build/node"
-	@echo "make test          the whole test suite"
-	@echo "make bench-proxy   capture-proxy overhead benchmark"
+	@echo "make docker        dockerd + gVisor (runsc) ready"
+	@echo "make vendor        the one online step: wheels, npm tarballs, OS rootfs into vendor/"
+	@echo "make images        veri/os-base, veri/base, veri/base-claude-agent, veri/runtime (offline)"
+	@echo "make harness BUNDLE=DIR          a harness bundle's image"
+	@echo "make base-image NAME=.. DOCKERFILE=..   a custom harness base"
+	@echo "make up / down / logs            the compose stack"
+	@echo "make train CONFIG=FILE [RESUME=1] [NAME=job]   GRPO through the stack"
+	@echo "make bench-proxy / bench-sandbox  benchmarks (figures in README)"
 
 venv: $(VENV)/.installed
 
