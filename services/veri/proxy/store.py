@@ -64,6 +64,11 @@ class PriorTurn:
     completion_ids: list[int]
 
 
+# Token ids live in their own columns (compact, and read alone when a later turn bridges); the
+# JSON column holds the rest of the span.
+_IN_BLOBS = {"prompt_token_ids", "completion_token_ids"}
+
+
 def _pack(ids: list[int]) -> bytes:
     return array("i", ids).tobytes()
 
@@ -163,7 +168,7 @@ class SpanStore:
                         (
                             span.rollout_id,
                             next_index,
-                            orjson.dumps(span.model_dump(mode="json")).decode(),
+                            span.model_dump_json(exclude=_IN_BLOBS),
                             prefix_hash,
                             n_messages,
                             _pack(span.prompt_token_ids),
@@ -182,9 +187,14 @@ class SpanStore:
         self.get_session(rollout_id)
         with self._lock:
             rows = self._db.execute(
-                "SELECT span FROM spans WHERE rollout_id = ? ORDER BY request_index", (rollout_id,)
+                "SELECT span, prompt_ids, completion_ids FROM spans WHERE rollout_id = ? ORDER BY request_index",
+                (rollout_id,),
             ).fetchall()
-        return [Span.model_validate(orjson.loads(row[0])) for row in rows]
+        return [
+            Span.model_validate({**orjson.loads(row[0]), "prompt_token_ids": _unpack(row[1]),
+                                 "completion_token_ids": _unpack(row[2])})
+            for row in rows
+        ]
 
     def find_prior_turn(self, rollout_id: str, prefix_hashes: list[str]) -> PriorTurn | None:
         """The latest span whose (messages + reply) equals the longest of the given prefixes."""
