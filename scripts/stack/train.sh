@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make train CONFIG=... [RESUME=1] [NAME=job]`: validate, build what is missing, bring the stack up
-# with the job's model and sampling, then run the trainer service. Ctrl-C stops it; the last
-# checkpoint stays (RESUME=1 continues from it).
+# with the job's model and sampling, then run the trainer service. Ctrl-C stops it: the trainer
+# removes the running step's sandboxes (compose.yaml gives it stop_grace_period for that), compose
+# removes the trainer container, the last checkpoint stays (RESUME=1 continues from it); exit 130.
 set -euo pipefail
 CONFIG=${CONFIG:?usage: make train CONFIG=config/<job>.yaml [RESUME=1] [NAME=job]}
 COMPOSE=${COMPOSE:?}
@@ -23,7 +24,25 @@ scripts/stack/up.sh
 state=$(realpath -m "${VERI_STATE_DIR:-build/state}")
 export VERI_STATE_DIR=$state VERI_CONTROL_TOKEN=$(cat "$state/control_token")
 # The repo is the trainer's /work: model paths in the config must lie inside it (build/models/...).
-$COMPOSE -p "$project" run --rm trainer veri train "$CONFIG" --name "$name" --output /state/jobs \
-  --proxy-url http://proxy:8000 --policy-url http://policy:8001 \
-  --sandbox launcher --launcher-url http://launcher:8002 --image "$image" ${RESUME:+--resume}
+# On Ctrl-C compose (v1) stops the trainer container and exits 1 whatever the trainer said, and the
+# docker CLI stops relaying the container's output: the trap notes the signal (it runs once compose
+# is back), this script says where the job stands and ends 130. (A SIGTERM to this script alone
+# reaches neither compose nor the trainer: it waits for them as it would without the trap.)
+stopped=
+trap 'stopped=1' INT TERM
+resume="make train CONFIG=$CONFIG RESUME=1${NAME:+ NAME=$NAME}"
+status=0
+$COMPOSE -p "$project" run --rm -e VERI_RESUME_COMMAND="$resume" trainer veri train "$CONFIG" --name "$name" \
+  --output /state/jobs --proxy-url http://proxy:8000 --policy-url http://policy:8001 \
+  --sandbox launcher --launcher-url http://launcher:8002 --image "$image" ${RESUME:+--resume} || status=$?
+if [ "$status" != 0 ] && { [ -n "$stopped" ] || [ "$status" = 130 ]; }; then
+  job=$state/jobs/$name
+  # the last complete checkpoint (TRL writes trainer_state.json last)
+  checkpoint=$(ls "$job"/checkpoints/checkpoint-*/trainer_state.json 2>/dev/null | sort -V | tail -n 1 || true)
+  checkpoint=${checkpoint%/trainer_state.json}
+  echo "make train: stopped; last checkpoint: ${checkpoint:-none yet (RESUME=1 starts over at step 0)};" \
+    "job folder $job; continue with: $resume" >&2
+  exit 130
+fi
+[ "$status" = 0 ] || exit "$status"
 echo "make train: archive in $state/jobs/$name (trajectories/, metrics.jsonl, tensorboard/)"

@@ -3,19 +3,30 @@
     POST /v1/groups[?subdir=REL]   GroupLaunch JSON -> list[LaunchResult], when every rollout has ended.
                                    Output folders: <output_root>[/REL]/<rollout_id> (the trainer reads
                                    them at the same path: share the volume, same mount point).
+                                   A client that goes away first (the trainer stopped, Ctrl-C, or died)
+                                   cancels the group: its sandboxes are removed at once (499).
     GET  /health                   backend, runtime, network.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Coroutine
 from pathlib import PurePosixPath
+from typing import Any, TypeVar
 
+import structlog
 from fastapi import APIRouter, Header, HTTPException, Query, Request
 
 from veri.core.launch import GroupLaunch, LaunchResult
 from veri.launcher.group import run_group
 
+T = TypeVar("T")
+DISCONNECT_POLL_S = 0.5
+CLIENT_CLOSED_REQUEST = 499  # nginx's code: nobody reads the answer
+
 router = APIRouter()
+log = structlog.get_logger("veri.launcher")
 
 
 @router.get("/health")
@@ -49,4 +60,25 @@ async def run_groups(
     bad = [i for i in ids if not i or "/" in i or i in (".", "..") or i.startswith(".")]
     if bad or len(set(ids)) != len(ids):
         raise HTTPException(status_code=400, detail=f"rollout ids must be unique folder names: {bad or ids}")
-    return await run_group(request.app.state.backend, group, root)
+    return await _while_connected(request, run_group(request.app.state.backend, group, root), ids)
+
+
+async def _while_connected(request: Request, work: Coroutine[Any, Any, T], ids: list[str]) -> T:
+    """Run `work` while the client waits for it. Starlette does not cancel a handler whose client went
+    away, so ask every DISCONNECT_POLL_S; once it has gone, cancel `work`: run_group's sandboxes are
+    removed, none runs on to its timeout for an answer nobody reads."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if task.done():
+                return task.result()
+            if await request.is_disconnected():
+                log.warning("client went away mid-group: cancelling it, removing its sandboxes", rollouts=ids)
+                task.cancel()
+                await asyncio.wait({task})
+                raise HTTPException(status_code=CLIENT_CLOSED_REQUEST, detail="the client closed the request")
+    finally:
+        if not task.done():  # this handler itself was cancelled (the launcher shuts down)
+            task.cancel()
+            await asyncio.wait({task})

@@ -18,6 +18,10 @@ wrapper around the CMD) and their tails read from disk after exit. Not through d
 runsc bursts through that pipe lose data, and it would cost a streaming thread per rollout. The guard
 kills a sandbox whose logs pass LOG_CEILING_BYTES.
 
+Cancellation (the trainer stopped, or its launcher request went away): wherever the rollout's task is
+cancelled, its sandbox is removed before the cancellation goes on, even one that docker was still
+creating in a pool thread when the cancel landed (`_create_or_discard`).
+
 Threads: every Docker SDK call blocks, so it runs in this backend's own thread pool (one long `wait` per
 running sandbox plus short calls), sized from `max_sandboxes`, the cap on sandboxes alive at once.
 """
@@ -114,16 +118,18 @@ class DockerBackend:
     def __init__(
         self,
         *,
-        network: str = DEFAULT_NETWORK,
+        network: str | None = None,
         client: docker.DockerClient | None = None,
         unsafe_runc: bool = False,
         launcher_id: str = "default",
         max_sandboxes: int = 64,
         host_paths: dict[str, str] | None = None,
     ) -> None:
-        """`launcher_id` labels this launcher's sandboxes: `remove_leftovers` removes only those.
+        """`network`: the rollouts network (default $VERI_ROLLOUTS_NETWORK, else veri-rollouts).
+        `launcher_id` labels this launcher's sandboxes: `remove_leftovers` removes only those.
         `host_paths` maps folders as this process sees them to the host's (bind mounts name host
         paths); inside a container it is read from this container's own mounts when not given."""
+        network = network or os.environ.get(envs.VERI_ROLLOUTS_NETWORK) or DEFAULT_NETWORK
         self.network = network
         self.launcher_id = launcher_id
         self.max_sandboxes = max_sandboxes
@@ -177,6 +183,9 @@ class DockerBackend:
         async with slots:
             try:
                 return await self._run(launch, Path(output_dir).absolute(), started)
+            except asyncio.CancelledError:  # the sandbox is gone (_run); its logs folder goes too
+                shutil.rmtree(_logs_dir(Path(output_dir).absolute()), ignore_errors=True)
+                raise
             except ImageNotFound:
                 error = _missing_image(launch.image)
             except ImageProblem as exc:
@@ -208,11 +217,12 @@ class DockerBackend:
         spec = await self._call(self._image_spec, launch.image)
         logs_dir = _logs_dir(output_dir)
         await self._call(_prepare_dirs, output_dir, logs_dir)
-        container = await self._call(self._create, launch, spec, output_dir, logs_dir)
+        container = await self._create_or_discard(launch, spec, output_dir, logs_dir)
         notes: list[str] = []
         exit_code: int | None = None
         guarded = False  # the guard killed it
         guard: asyncio.Future | None = None
+        waiting: asyncio.Future | None = None
         try:
             await self._call(container.start)
             loop = asyncio.get_running_loop()
@@ -237,10 +247,12 @@ class DockerBackend:
                 if state.get("OOMKilled") or exit_code == 137:
                     notes.append(f"[veri] exit {exit_code}: killed — most likely the memory limit "
                                  f"({limits.memory_mb} MB, SandboxLimits.memory_mb)")
-        finally:
+        finally:  # every way out, cancellation included: the sandbox must not outlive its rollout
             if guard is not None:
                 guard.cancel()
-            await self._call(self._remove, container)
+            if waiting is not None and not waiting.done():
+                waiting.add_done_callback(_ignore_outcome)  # ends once the container is gone
+            await asyncio.shield(self._call(self._remove, container))
         stdout, stderr = await self._call(_read_tails, logs_dir, limits.log_tail_bytes)
         await self._call(shutil.rmtree, logs_dir, True)
         ceiling = _output_ceiling(limits)
@@ -258,6 +270,33 @@ class DockerBackend:
             stdout_tail=stdout, stderr_tail=stderr, output_dir=str(output_dir), output_truncated=truncated,
             started_at=started, duration_s=time.time() - started,
         )
+
+    async def _create_or_discard(self, launch: RolloutLaunch, spec: ImageSpec, output_dir: Path,
+                                 logs_dir: Path) -> Any:
+        """`_create` in the pool. A pool thread cannot be stopped: when this task is cancelled while
+        docker creates the container, whichever side comes second (this task or the thread) removes it."""
+        handover = threading.Lock()
+        made: list[Any] = []
+        abandoned = False
+
+        def create() -> Any:
+            container = self._create(launch, spec, output_dir, logs_dir)
+            with handover:
+                keep = not abandoned
+                if keep:
+                    made.append(container)
+            if not keep:
+                self._remove(container)
+            return container
+
+        try:
+            return await self._call(create)
+        except asyncio.CancelledError:
+            with handover:
+                abandoned = True
+            if made:
+                await asyncio.shield(self._call(self._remove, made[0]))
+            raise
 
     async def _guard(self, output_dir: Path, logs_dir: Path, limits: SandboxLimits) -> str:
         """Returns (ending the wait) when the sandbox's files on the host pass their ceilings."""
@@ -393,6 +432,11 @@ def _prepare_dirs(output_dir: Path, logs_dir: Path) -> None:
         path = logs_dir / name
         path.touch()
         path.chmod(0o666)
+
+
+def _ignore_outcome(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved: no "exception was never retrieved" noise
 
 
 def _missing_image(image: str) -> str:

@@ -4,6 +4,7 @@ nothing. Here `RolloutLaunch.image` is the bundle *folder* (no image is built)."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -44,6 +45,13 @@ class LocalBackend:
                 os.killpg(process.pid, signal.SIGKILL)  # the whole process group: grandchildren too
                 await process.wait()
                 status = RolloutStatus.TRUNCATED
+            except asyncio.CancelledError:  # the trainer stops: its own session, so no Ctrl-C reached it
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                readers.cancel()
+                readers.add_done_callback(lambda done: done.cancelled() or done.exception())  # no log noise
+                await process.wait()
+                raise
             await readers
         truncated = enforce_output_cap(output_dir, launch.limits.output_max_bytes)
         return LaunchResult(

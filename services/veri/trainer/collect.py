@@ -73,8 +73,10 @@ class GroupCollector:
             launches = [self._launch(s, step, task_index, task, i) for s, i in zip(sessions, indices, strict=True)]
             parallel = min(size, self.settings.max_parallel)
             results = await self.runner.run_group(GroupLaunch(launches=launches, max_parallel=parallel))
-        finally:
-            await asyncio.gather(*(asyncio.to_thread(self.control.close_session, s.rollout_id) for s in sessions))
+        except BaseException:  # cancelled (Ctrl-C: the runner removed the sandboxes) or failed: that error wins
+            await self._close(sessions, return_exceptions=True)
+            raise
+        await self._close(sessions)
         spans = await asyncio.gather(*(asyncio.to_thread(self.control.spans, s.rollout_id) for s in sessions))
         return [
             CollectedRollout(self._record(step, task_index, task, index, result, rollout_spans), result)
@@ -88,13 +90,23 @@ class GroupCollector:
             metadata = {**labels, "step": step, "task_index": task_index, "rollout_index": index}
             return self.control.open_session(metadata=metadata)
 
-        opened = await asyncio.gather(*(asyncio.to_thread(open_one, i) for i in indices), return_exceptions=True)
+        opening = asyncio.gather(*(asyncio.to_thread(open_one, i) for i in indices), return_exceptions=True)
+        try:
+            opened = await asyncio.shield(opening)
+        except asyncio.CancelledError:  # the opens run on in their threads: close what they open
+            good = [item for item in await opening if isinstance(item, SessionInfo)]
+            await self._close(good, return_exceptions=True)
+            raise
         failures = [item for item in opened if isinstance(item, BaseException)]
         if failures:  # close what did open, then fail the step: without the proxy nothing can be captured
             good = [item for item in opened if isinstance(item, SessionInfo)]
-            await asyncio.gather(*(asyncio.to_thread(self.control.close_session, s.rollout_id) for s in good))
+            await self._close(good)
             raise failures[0]
         return [item for item in opened if isinstance(item, SessionInfo)]
+
+    async def _close(self, sessions: list[SessionInfo], *, return_exceptions: bool = False) -> None:
+        await asyncio.gather(*(asyncio.to_thread(self.control.close_session, s.rollout_id) for s in sessions),
+                             return_exceptions=return_exceptions)
 
     def _launch(
         self, session: SessionInfo, step: int, task_index: int, task: dict[str, Any], index: int

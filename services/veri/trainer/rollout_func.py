@@ -6,7 +6,8 @@ TRL 1.16 calls it once per generation batch with the batch's prompts, each task 
 num_generations times in a row (`tasks`), and wants one completion per prompt, in order. Here:
   1. (vLLM) announce policy version = global_step to the proxy: TRL has just synced the weights;
   2. every group runs at once (`collect.GroupCollector`), at most max_parallel_rollouts sandboxes
-     over the batch;
+     over the batch; Ctrl-C / SIGTERM cancels them, which removes every sandbox, and then raises
+     KeyboardInterrupt (`interrupt.run_until_stopped`): nothing of the step is archived;
   3. each record that no rule rejected is scored (`rewards.RewardScorer`, all at once);
   4. every record is written to the archive under step = global_step, before any training on it;
   5. the step's records and timings go to `progress` (metrics once the optimizer step is done);
@@ -23,8 +24,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from veri.core.rollouts import RolloutRecord
+from veri.launcher.group import gather_to_the_end
 from veri.proxy.control_client import ControlClient
 from veri.trainer.collect import CollectedRollout, GroupCollector
+from veri.trainer.interrupt import run_until_stopped
 from veri.trainer.progress import StepProgress
 from veri.trainer.rewards import RewardInputs, RewardScorer
 from veri.trainer.rows import MaskedRow, rollout_output
@@ -56,7 +59,11 @@ class HarnessRollouts:
         if self.announce_to is not None:
             announce_version(self.announce_to, step)
         started = time.monotonic()
-        collected = asyncio.run(self._collect(step, groups))
+        try:
+            collected = run_until_stopped(self._collect(step, groups))
+        except KeyboardInterrupt:
+            self.archive.log(f"step {step}: stopped while its rollouts ran (sandboxes removed, nothing archived)")
+            raise
         rolled = time.monotonic()
         logged: dict[str, list[float]] = {}
         records = self._score(collected, trainer.state, logged)
@@ -80,7 +87,7 @@ class HarnessRollouts:
                     first_rollout_index=group.first_rollout_index,
                 )
 
-        per_group = await asyncio.gather(*(one(group) for group in groups))
+        per_group = await gather_to_the_end([one(group) for group in groups])
         return [rollout for group in per_group for rollout in group]
 
     def _score(

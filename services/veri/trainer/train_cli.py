@@ -1,13 +1,22 @@
-"""`veri train CONFIG [--resume]` — GRPO on harness rollouts, against a running policy server and proxy."""
+"""`veri train CONFIG [--resume]` — GRPO on harness rollouts, against a running policy server and proxy.
+
+Ctrl-C or SIGTERM stops it (`interrupt`): the running step's sandboxes are removed, checkpoints stay,
+one line says how to continue, exit status 130.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 
 from veri.core import envs
+
+STOPPED_EXIT = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+# The command that resumes this job, when a wrapper knows it better (make train sets it).
+RESUME_COMMAND_ENV = "VERI_RESUME_COMMAND"
 
 DEFAULT_PROXY_URL = "http://127.0.0.1:8000"
 DEFAULT_POLICY_URL = "http://127.0.0.1:8001"
@@ -38,6 +47,18 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from veri.trainer.interrupt import install_stop_handlers
+
+    install_stop_handlers()
+    try:
+        return _run_train(args)
+    except KeyboardInterrupt:
+        print(stopped_message(args.output.resolve() / (args.name or args.config.stem), _resume_command(args)),
+              file=sys.stderr, flush=True)
+        return STOPPED_EXIT
+
+
+def _run_train(args: argparse.Namespace) -> int:
     from veri.core.config import load_config
     from veri.core.problems import ProblemsError
     from veri.proxy.control_client import ControlError
@@ -62,3 +83,22 @@ def _train(args: argparse.Namespace) -> int:
         return 1
     print(f"final model: {final}")
     return 0
+
+
+def stopped_message(job_dir: Path, resume_command: str) -> str:
+    """One line: the step it stopped in, the checkpoint a resume starts from, the command."""
+    from veri.trainer.archive import checkpoint_step, latest_checkpoint, read_metrics
+
+    done = read_metrics(job_dir / "metrics.jsonl")
+    step = done[-1]["step"] + 1 if done else 0
+    checkpoint = latest_checkpoint(job_dir / "checkpoints")
+    kept = (f"checkpoint kept: {checkpoint} (resuming restarts at step {checkpoint_step(checkpoint)})"
+            if checkpoint else "no checkpoint yet (resuming starts over at step 0)")
+    return f"veri train: stopped in step {step}, its sandboxes removed; {kept}; continue with: {resume_command}"
+
+
+def _resume_command(args: argparse.Namespace) -> str:
+    if command := os.environ.get(RESUME_COMMAND_ENV):
+        return command
+    given = sys.argv[1:] if sys.argv[1:2] == ["train"] else ["train", str(args.config)]
+    return shlex.join(["veri", *given, *([] if args.resume else ["--resume"])])

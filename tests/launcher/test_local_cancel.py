@@ -1,0 +1,51 @@
+"""The dev-only local backend, cancelled (the trainer stops): the harness runs in its own session, so
+no Ctrl-C reaches it; the backend kills its whole process group before the cancel returns."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from tests.launcher.test_local_backend import bundle, launch
+from veri.core.launch import GroupLaunch
+from veri.launcher.group import run_group
+from veri.launcher.local import LocalBackend
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for init to reap it is dead)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+def test_a_cancelled_group_kills_its_harnesses(tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    sleeper = bundle(tmp_path, "sleeper", f"""
+import os, pathlib, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+pathlib.Path({str(pids)!r}, os.environ["VERI_ROLLOUT_ID"]).write_text(f"{{os.getpid()}} {{child.pid}}")
+time.sleep(600)
+""")
+    group = GroupLaunch(max_parallel=2, launches=[launch(sleeper, f"r-{i}", timeout_s=600) for i in range(2)])
+
+    async def scenario() -> None:
+        task = asyncio.create_task(run_group(LocalBackend(), group, tmp_path / "out"))
+        deadline = time.monotonic() + 30
+        while len(list(pids.iterdir())) < 2:
+            assert time.monotonic() < deadline, "the harnesses never started"
+            await asyncio.sleep(0.1)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+
+    asyncio.run(scenario())
+    started = [int(pid) for path in pids.iterdir() for pid in path.read_text().split()]
+    time.sleep(0.2)  # reaped by now
+    assert len(started) == 4 and not [pid for pid in started if alive(pid)]
