@@ -11,6 +11,7 @@ import pytest
 from tests.demo.conftest import BUNDLES, run_bundle
 from tests.proxy.conftest import assert_bridged_chain
 from veri.core.harness import load_manifest
+from veri.webfixture.inline_tasks import inline_task
 
 
 def load_agent(bundle: str):
@@ -25,6 +26,9 @@ def test_manifests():
     assert (openai_bundle.name, openai_bundle.base_image, openai_bundle.protocol) == (
         "url_extract_openai", "veri/base", "openai")
     assert openai_bundle.entrypoint == ["python", "agent.py"]
+    inline_bundle = load_manifest(BUNDLES / "url_extract_inline")
+    assert (inline_bundle.name, inline_bundle.base_image, inline_bundle.protocol) == (
+        "url_extract_inline", "veri/base", "openai")
     claude_bundle = load_manifest(BUNDLES / "url_extract_claude")
     assert (claude_bundle.name, claude_bundle.base_image, claude_bundle.protocol) == (
         "url_extract_claude", "veri/base-claude-agent", "anthropic")
@@ -59,6 +63,25 @@ def test_openai_bundle_extracts_the_url(demo_proxy, session, control, openai_tas
     assert second.response["choices"][0]["message"]["content"] == f"ANSWER: {openai_task['expected_url']}"
     assert_bridged_chain([first, second])
     assert all(s.token_fidelity == "captured" for s in (first, second))
+
+
+def test_inline_bundle_answers_in_one_call(demo_proxy, session, control, openai_task, tmp_path):
+    row = inline_task(openai_task["page"], base=openai_task["url"].split("/pages/")[0])
+    run = run_bundle("url_extract_inline", proxy=demo_proxy, session=session, row=row, tmp_path=tmp_path)
+    assert run.returncode == 0, run.explain()
+    assert run.answer() == row["expected_url"] == openai_task["expected_url"]
+    [span] = control.spans(session.rollout_id)
+    assert not span.tools and span.messages[-1]["content"] == row["prompt"]
+    assert span.token_fidelity == "captured"
+
+
+@pytest.mark.parametrize(("reply", "url"), [
+    ("https://a.test/x", "https://a.test/x"),
+    ("The URL is `https://a.test/x?plan=team`. Also https://b.test", "https://a.test/x?plan=team"),
+    ("I do not know.", None),
+])
+def test_inline_agent_takes_the_first_url(reply, url):
+    assert load_agent("url_extract_inline").first_url(reply) == url
 
 
 def test_openai_bundle_out_of_turns_is_a_finished_rollout(demo_proxy, session, control, openai_task, tmp_path):

@@ -13,9 +13,11 @@ import pytest
 
 from tests.demo.conftest import REPO
 from veri.core import envs
+from veri.webfixture.inline_tasks import LINKS_SHOWN, inline_dataset_text, inline_task
 from veri.webfixture.pages import DEFAULT_BASE_URL, KINDS, NUM_PAGES, base_url, dataset_text, page, page_spec, task
 
 DATASET = REPO / "config/data/url_extract.jsonl"
+INLINE_DATASET = REPO / "config/data/url_extract_inline.jsonl"
 
 
 class Anchors(HTMLParser):
@@ -62,6 +64,25 @@ def test_committed_dataset_is_a_fresh_generation():
     assert DATASET.read_text(encoding="utf-8") == dataset_text(), (
         "config/data/url_extract.jsonl drifted from the generator: "
         "run `veri data url-extract --out config/data/url_extract.jsonl` and commit it")
+
+
+def test_committed_inline_dataset_is_a_fresh_generation():
+    assert INLINE_DATASET.read_text(encoding="utf-8") == inline_dataset_text(), (
+        "config/data/url_extract_inline.jsonl drifted from the generator: "
+        "run `veri data url-extract --inline --out config/data/url_extract_inline.jsonl` and commit it")
+
+
+def test_inline_tasks_list_four_links_of_the_page_and_ask_by_label():
+    for index in range(NUM_PAGES):
+        row, spec = inline_task(index), page_spec(index)
+        assert row["expected_url"] == spec.target.url and row["page"] == index
+        listed = [line for line in row["prompt"].splitlines() if line.startswith("- ")]
+        assert len(listed) == LINKS_SHOWN and f"- {spec.target.label}: {spec.target.url}" in listed
+        page_links = {f"- {link.label}: {link.url}" for link in spec.links}
+        assert set(listed) <= page_links
+        assert row["prompt"].count(spec.target.url) == 1
+        assert row["prompt"].endswith(f'labelled "{spec.target.label}"?')
+    assert len({inline_task(i)["prompt"].split("\n- ")[1] for i in range(40)}) > 10  # the target is not always first
 
 
 def test_every_task_names_exactly_one_link_of_its_page():
@@ -114,6 +135,8 @@ def test_cli_writes_the_dataset(tmp_path):
     printed = subprocess.run([*veri, "--count", "2"], capture_output=True, text=True, check=True,
                              env={"PATH": "/usr/bin:/bin", envs.VERI_WEBFIXTURE_URL: "http://x:1"})
     assert printed.stdout == dataset_text(2, "http://x:1")
+    inline = subprocess.run([*veri, "--inline", "--count", "2"], capture_output=True, text=True, check=True)
+    assert inline.stdout == inline_dataset_text(2)
     bad = subprocess.run([*veri, "--count", str(NUM_PAGES + 1)], capture_output=True, text=True)
     assert bad.returncode == 2 and "--count" in bad.stderr
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import io
 from types import SimpleNamespace
+
+from rich.console import Console
 
 from tests.trainer.records import failed, scored
 from veri.trainer.progress import StepMetricsCallback, StepProgress
+from veri.trainer.progress_bars import TrainingBars, use_bars
 
 
 class FakeArchive:
@@ -41,3 +45,39 @@ def test_a_logged_step_carries_trl_logs_and_an_unlogged_one_is_written_at_step_e
     assert [s for s, _ in archive.metrics] == [0, 1]
     callback.on_train_end(None, None, None)  # nothing left to write
     assert len(archive.metrics) == 2
+
+
+def test_bars_count_steps_and_rollouts_and_print_step_lines_above_them():
+    console = Console(file=io.StringIO(), force_terminal=True, width=120)
+    bars = TrainingBars(console)
+    progress = StepProgress(FakeArchive(), display=bars)
+    state = SimpleNamespace(max_steps=3, global_step=1)  # a resumed job starts at its checkpoint
+    bars.on_train_begin(None, state, None)
+    [steps] = bars.bars.tasks
+    assert (steps.total, steps.completed) == (3, 1)
+
+    progress.rollouts_started(1, 8)
+    progress.rollouts_done(4)
+    progress.rollouts_done(4)
+    rollouts = bars.bars.tasks[1]
+    assert (rollouts.total, rollouts.completed, rollouts.description) == (8, 8, "step 2 rollouts")
+    progress.begin(1, [scored(0, 0, 1.0)], {"rollout": 1.0}, {})
+    StepMetricsCallback(progress).on_step_end(None, None, SimpleNamespace(should_log=False))
+    state.global_step = 2
+    bars.on_step_end(None, state, None)
+    assert bars.bars.tasks[0].completed == 2
+    progress.rollouts_started(2, 8)
+    assert (bars.bars.tasks[1].completed, bars.bars.tasks[1].description) == (0, "step 3 rollouts")
+    bars.on_train_end(None, state, None)
+    bars.stop()  # idempotent (an interrupted run stops them too)
+    assert "step 1: 1/1 rollouts trainable, reward mean 1 (rollout 1.0s" in console.file.getvalue()
+
+
+def test_bars_replace_transformers_tqdm_bar():
+    from transformers.trainer_callback import CallbackHandler, ProgressCallback
+
+    handler = CallbackHandler([ProgressCallback()], None, None, None, None)
+    trainer = SimpleNamespace(remove_callback=handler.remove_callback, add_callback=handler.add_callback)
+    bars = TrainingBars(Console(file=io.StringIO()))
+    use_bars(trainer, bars)
+    assert handler.callbacks == [bars]

@@ -27,6 +27,7 @@ from veri.trainer.gpu_stack import gpu_stack_problems
 from veri.trainer.grpo_setup import build_trainer, grpo_config_kwargs
 from veri.trainer.policy_admin import PolicyAdmin
 from veri.trainer.progress import StepMetricsCallback, StepProgress
+from veri.trainer.progress_bars import TrainingBars, use_bars
 from veri.trainer.rewards import RewardScorer, load_reward_functions
 from veri.trainer.rollout_func import HarnessRollouts
 from veri.trainer.rows import MaskedRow
@@ -101,7 +102,8 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
     if tokenizer.pad_token is None:  # as TRL does
         tokenizer.pad_token = tokenizer.eos_token
     control = ControlClient(options.proxy_url, token=options.control_token)
-    progress, versions = StepProgress(archive), PolicyVersions()
+    bars = TrainingBars()
+    progress, versions = StepProgress(archive, display=bars), PolicyVersions()
     collector = GroupCollector(
         control, _runner(options, folders), settings,
         max_response_length=config.max_response_length, decoder=tokenizer,
@@ -123,7 +125,11 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
                                   reward_weights=reward_weights)
         trainer = build_trainer(config, args=args, tokenizer=tokenizer, dataset=trl_dataset(tasks),
                                 rollout_func=rollouts, reward_funcs=reward_funcs, callbacks=callbacks)
-        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        use_bars(trainer, bars)
+        try:
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        finally:  # also when interrupted: leave the terminal clean
+            bars.stop()
     return trainer
 
 

@@ -39,12 +39,42 @@ class StepRecord:
     trl_logs: dict[str, float] = field(default_factory=dict)
 
 
+class ProgressDisplay(Protocol):
+    """Where a user watches the run (`progress_bars.TrainingBars`)."""
+
+    def print(self, line: str) -> None: ...
+
+    def rollouts_started(self, step: int, total: int) -> None: ...
+
+    def rollouts_done(self, count: int) -> None: ...
+
+
+class PlainDisplay:
+    """Lines on stdout, no bars (tests, scripts)."""
+
+    def print(self, line: str) -> None:
+        print(line, flush=True)
+
+    def rollouts_started(self, step: int, total: int) -> None:
+        pass
+
+    def rollouts_done(self, count: int) -> None:
+        pass
+
+
 class StepProgress:
     """What the rollout function, the weight sync and TRL's logs know about the current step."""
 
-    def __init__(self, archive: MetricsArchive) -> None:
+    def __init__(self, archive: MetricsArchive, display: ProgressDisplay | None = None) -> None:
         self.archive = archive
+        self.display = display or PlainDisplay()
         self.current: StepRecord | None = None
+
+    def rollouts_started(self, step: int, total: int) -> None:
+        self.display.rollouts_started(step, total)
+
+    def rollouts_done(self, count: int) -> None:
+        self.display.rollouts_done(count)
 
     def begin(self, step: int, records: list[RolloutRecord], timings: dict[str, float],
               extra: dict[str, float | int]) -> None:
@@ -82,7 +112,7 @@ class StepProgress:
         times = ", ".join(f"{name} {step.timings[name]:.1f}s" for name in ("rollout", "reward", "train", "weight_sync")
                           if name in step.timings)
         self.archive.log(summary)
-        print(f"{summary} ({times})" if times else summary, flush=True)  # the one line per step a user watches
+        self.display.print(f"{summary} ({times})" if times else summary)  # the one line per step a user watches
 
 
 class StepMetricsCallback(TrainerCallback):

@@ -30,6 +30,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         help=f"base URL of the pages in the prompts (default: ${envs.VERI_WEBFIXTURE_URL} or http://webfixture:8080)",
     )
     url_extract.add_argument("--count", type=int, default=None, help="number of tasks (default: every page)")
+    url_extract.add_argument(
+        "--inline", action="store_true",
+        help="the easy variant for small models: the prompt lists four of the page's links (nothing to fetch)",
+    )
     url_extract.set_defaults(func=_url_extract)
 
 
@@ -41,13 +45,14 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _url_extract(args: argparse.Namespace) -> int:
+    from veri.webfixture.inline_tasks import inline_dataset_text
     from veri.webfixture.pages import NUM_PAGES, dataset_text
 
     count = NUM_PAGES if args.count is None else args.count
     if not 1 <= count <= NUM_PAGES:
         print(f"veri data url-extract: --count must be between 1 and {NUM_PAGES}", file=sys.stderr)
         return 2
-    text = dataset_text(count, args.base_url)
+    text = (inline_dataset_text if args.inline else dataset_text)(count, args.base_url)
     if args.out is None:
         sys.stdout.write(text)
         return 0
