@@ -16,6 +16,20 @@ from veri.trainer.rewards import RewardScorer, load_reward_functions
 from veri.trainer.tasks import task_key
 
 
+class WatchedDisplay:
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+
+    def print(self, line: str) -> None:
+        self.events.append(("line", line))
+
+    def rollouts_started(self, step: int, total: int) -> None:
+        self.events.append(("started", step, total))
+
+    def rollouts_done(self, count: int) -> None:
+        self.events.append(("done", count))
+
+
 def test_a_batch_becomes_rows_rewards_and_archived_records(stack, tiny_model, tmp_path):
     _, proxy = stack
     config = load_config(write_job(tmp_path / "job", tiny_model), base_dir=tmp_path / "job")
@@ -25,6 +39,7 @@ def test_a_batch_becomes_rows_rewards_and_archived_records(stack, tiny_model, tm
     with (JobArchive(tmp_path / "archive", "job") as archive,
           RewardScorer(load_reward_functions(config.rewards), 30) as scorer):
         rollouts = build_rollouts(config, proxy.url, tokenizer, archive, scorer, tmp_path / "outputs")
+        rollouts.progress.display = watched = WatchedDisplay()
         output = rollouts([task_key(1), task_key(1), task_key(0), task_key(0)], trainer)
         rollouts.progress.flush()
         [metrics] = archive.metrics()
@@ -65,6 +80,10 @@ def test_a_batch_becomes_rows_rewards_and_archived_records(stack, tiny_model, tm
     assert metrics["rollouts"] == 4 and metrics["trainable"] == 3 and metrics["rule/harness_failed"] == 1
     assert metrics["policy_version/stale_spans"] == 0 and metrics["time/rollout_s"] > 0
     assert (tmp_path / "outputs" / good.rollout_id / "answer.txt").read_text() == "beta beta"
+
+    # The progress bars saw the step's rollouts come back, group by group.
+    assert watched.events[:3] == [("started", 0, 4), ("done", 2), ("done", 2)]
+    assert watched.events[3][1].startswith("step 0: 3/4 rollouts trainable")  # the step's line, after them
 
     # Sessions are closed once the rollouts end (a late call would get 409).
     for record in records:

@@ -59,6 +59,7 @@ class HarnessRollouts:
         if self.announce_to is not None:
             announce_version(self.announce_to, step)
         started = time.monotonic()
+        self.progress.rollouts_started(step, len(prompts))
         try:
             collected = run_until_stopped(self._collect(step, groups))
         except KeyboardInterrupt:
@@ -82,10 +83,12 @@ class HarnessRollouts:
 
         async def one(group: TaskGroup) -> list[CollectedRollout]:
             async with gate:
-                return await self.collector.collect(
+                collected = await self.collector.collect(
                     step=step, task_index=group.task_index, task=self.tasks[group.task_index], size=group.size,
                     first_rollout_index=group.first_rollout_index,
                 )
+            self.progress.rollouts_done(len(collected))
+            return collected
 
         per_group = await gather_to_the_end([one(group) for group in groups])
         return [rollout for group in per_group for rollout in group]
