@@ -210,3 +210,13 @@ def test_knob_tables_agree_with_trl_and_the_schema():
 def test_every_knob_says_what_uses_it(model):
     undocumented = [name for name, info in model.model_fields.items() if not info.description]
     assert undocumented == []
+
+
+def test_vllm_with_top_p_below_one_notes_the_logprob_offset(job_dir: Path):
+    nucleus = check_config(write_job(job_dir, job(backend="vllm", grpo={}, sampling={"top_p": 0.9})),
+                           base_dir=job_dir, gpus=GpuInventory.nvidia(4))
+    assert nucleus.problems == []
+    [note] = [n for n in nucleus.notes if "top_p" in n]
+    assert "0.105 nats" in note and "top_p: 1.0" in note
+    plain = check_config(write_job(job_dir, job(backend="vllm", grpo={})), base_dir=job_dir, gpus=GpuInventory.nvidia(4))
+    assert not [n for n in plain.notes if "top_p" in n]

@@ -7,6 +7,7 @@ field is reported once and every other check still runs (`veri validate` prints 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,6 +114,17 @@ def _backend_knobs(config: JobConfig, context: CheckContext) -> list[Problem]:
     ]
 
 
+def _vllm_top_p(config: JobConfig, context: CheckContext) -> list[Problem]:
+    """vLLM's processed logprobs are renormalized over the top-p nucleus; TRL's are not (the hf policy
+    sides with TRL). Allowed, as in TRL's own vLLM path, but the user should know the offset."""
+    if config.backend == Backend.VLLM and config.sampling.top_p < 1.0:
+        context.notes.append(
+            f"sampling.top_p {config.sampling.top_p:g} with backend vllm: vLLM reports logprobs renormalized over "
+            f"the nucleus, about {-math.log(config.sampling.top_p):.3f} nats above the trainer's for the same "
+            "token, which biases TRL's vLLM importance-sampling correction; top_p: 1.0 keeps them equal")
+    return []
+
+
 def _lora(config: JobConfig, context: CheckContext) -> list[Problem]:
     if config.lora_rank is not None:
         return []
@@ -207,6 +219,7 @@ CHECKS: list[tuple[tuple[str, ...], Check]] = [
     (("harness_bundle",), _bundle),
     (("rewards",), _rewards),
     (("backend", *_VLLM_ONLY), _backend_knobs),
+    (("backend", "sampling"), _vllm_top_p),
     (("lora_rank", "lora_alpha", "lora_dropout"), _lora),
     (("sampling", "max_response_length"), _per_call_tokens),
     (("model", "max_model_len", "max_response_length"), _context_length),
