@@ -15,6 +15,7 @@ SLURM_JOB_NUM_NODES = "SLURM_JOB_NUM_NODES"  # set inside a SLURM allocation: mo
 VERI_ROLLOUTS_NETWORK = "VERI_ROLLOUTS_NETWORK"  # docker network of proxy, webfixture and sandboxes
 VERI_STATE_DIR = "VERI_STATE_DIR"  # host folder of the stack's state (control token, spans, outputs)
 VERI_POLICY_SCRIPTED_REPLIES = "VERI_POLICY_SCRIPTED_REPLIES"  # test-only teacher-forced replies (policy)
+VERI_CHAT_TEMPLATE_KWARGS = "VERI_CHAT_TEMPLATE_KWARGS"  # the job's chat_template_kwargs (JSON) for the proxy (veri stack-env)
 
 # --- the harness contract: set inside every rollout sandbox ---------------------------------
 OPENAI_BASE_URL = "OPENAI_BASE_URL"

@@ -77,6 +77,7 @@ def settings_from_args(args: argparse.Namespace) -> ProxySettings:
         top_p=args.top_p,
         max_tokens=args.max_tokens,
         max_body_bytes=args.max_body_bytes,
+        chat_template_kwargs=args.chat_template_kwargs,
     )
 
 

@@ -24,9 +24,25 @@ def register_serve(services: argparse._SubParsersAction) -> None:
     proxy.add_argument("--temperature", type=float, default=1.0)
     proxy.add_argument("--top-p", type=float, default=1.0)
     proxy.add_argument("--max-tokens", type=int, default=1024, help="cap on tokens per model call")
+    proxy.add_argument("--chat-template-kwargs", type=_json_object, metavar="JSON",
+                       default=os.environ.get(envs.VERI_CHAT_TEMPLATE_KWARGS, ""),
+                       help="extra chat template variables, a JSON object, e.g. '{\"enable_thinking\": false}' "
+                            f"(default ${envs.VERI_CHAT_TEMPLATE_KWARGS} or none)")
     proxy.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     proxy.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024)
     proxy.set_defaults(func=_serve)
+
+
+def _json_object(text: str) -> dict:
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not JSON ({error}): pass an object like '{{\"enable_thinking\": false}}'")
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object, like '{\"enable_thinking\": false}'")
+    return value
 
 
 def register_session(commands: argparse._SubParsersAction) -> None:

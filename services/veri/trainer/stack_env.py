@@ -7,6 +7,7 @@ samples with the job's settings (the trainer must know what was sampled; nothing
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -29,6 +30,7 @@ def stack_env(config_path: Path) -> dict[str, str]:
         "VERI_TEMPERATURE": repr(config.sampling.temperature),
         "VERI_TOP_P": repr(config.sampling.top_p),
         "VERI_MAX_TOKENS": str(config.max_tokens_per_call),
+        "VERI_CHAT_TEMPLATE_KWARGS": json.dumps(config.chat_template_kwargs),
         "VERI_BUNDLE": str(config.harness_bundle),
     }
 
