@@ -57,3 +57,4 @@ def test_stack_env_exports_the_job_kwargs(tmp_path: Path):
                                    "harness_bundle": "b", "rewards": [{"source": "def reward(**k): return [0]"}],
                                    "chat_template_kwargs": {"enable_thinking": False}}))
     assert json.loads(stack_env(job)["VERI_CHAT_TEMPLATE_KWARGS"]) == {"enable_thinking": False}
+    assert stack_env(Path(__file__).parents[2] / "config/url_extract_tiny.yaml")["VERI_CHAT_TEMPLATE_KWARGS"] == ""

@@ -30,7 +30,8 @@ def stack_env(config_path: Path) -> dict[str, str]:
         "VERI_TEMPERATURE": repr(config.sampling.temperature),
         "VERI_TOP_P": repr(config.sampling.top_p),
         "VERI_MAX_TOKENS": str(config.max_tokens_per_call),
-        "VERI_CHAT_TEMPLATE_KWARGS": json.dumps(config.chat_template_kwargs),
+        # empty when none: what compose defaults to, so a running stack is not recreated for it
+        "VERI_CHAT_TEMPLATE_KWARGS": json.dumps(config.chat_template_kwargs) if config.chat_template_kwargs else "",
         "VERI_BUNDLE": str(config.harness_bundle),
     }
 
