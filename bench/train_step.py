@@ -5,7 +5,13 @@ Prints, averaged over the steps after the first (warm-up): rollout / reward / tr
 seconds, the policy server's generation time (its forward passes, from /stats), and the
 orchestration share: everything that is neither generation nor the training step. Target ≤ 25 %.
 
-    python bench/train_step.py --model build/models/tiny
+Two harnesses, same 2-turn tool loop, same calls: `sdk` (the OpenAI SDK: what users write; its
+Python start-up and `import openai` alone cost ~0.5 s of CPU per rollout) and `stdlib` (urllib:
+starts in ~30 ms, so what remains is veri's own orchestration). Both are printed; with the tiny model
+a step's generation and optimizer work are well under a second each, so the harness's start-up
+decides the `sdk` share on a 2-core machine.
+
+    python bench/train_step.py --model build/models/tiny [--harness sdk|stdlib|both]
 """
 
 from __future__ import annotations
@@ -25,18 +31,55 @@ from tests.trainer.conftest import MAX_TOKENS, SCRIPT, write_job  # noqa: E402
 from veri.trainer.archive import read_metrics  # noqa: E402
 
 
+# The same loop as tests/trainer/conftest.py's AGENT, on urllib: two chat calls, one tool result.
+STDLIB_AGENT = '''
+import json, os, pathlib, sys, urllib.request
+
+task = json.loads(os.environ["VERI_TASK"])
+index = int(os.environ["VERI_ROLLOUT_INDEX"])
+if task.get("fail_rollout") == index:
+    sys.exit("this rollout crashes on purpose")
+url = os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions"
+headers = {"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"}
+tools = [{"type": "function", "function": {"name": "lookup", "description": "Look a key up",
+          "parameters": {"type": "object", "properties": {"key": {"type": "string"}}}}}]
+
+def chat(messages):
+    body = json.dumps({"model": os.environ["VERI_POLICY_MODEL"], "messages": messages, "tools": tools}).encode()
+    with urllib.request.urlopen(urllib.request.Request(url, body, headers)) as reply:
+        return json.load(reply)["choices"][0]["message"]
+
+messages = [{"role": "user", "content": task["prompt"]}]
+reply = chat(messages)
+messages.append({k: v for k, v in reply.items() if v is not None})
+for call in reply.get("tool_calls") or []:
+    messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"veri-answer-{index % 2}"})
+answer = chat(messages).get("content")
+pathlib.Path(os.environ["VERI_OUTPUT_DIR"], "answer.txt").write_text(answer or "")
+print("answer:", answer)
+'''
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=Path("build/models/tiny"))
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--harness", choices=["sdk", "stdlib", "both"], default="both")
     args = parser.parse_args()
-    model = args.model.resolve()
+    for harness in (["stdlib", "sdk"] if args.harness == "both" else [args.harness]):
+        print(f"== harness: {harness}")
+        measure(args.model.resolve(), args.steps, harness)
+
+
+def measure(model: Path, steps: int, harness: str) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         script = root / "script.json"
         script.write_text(json.dumps(SCRIPT))
-        job = write_job(root / "job", model, rollouts_per_prompt=4, max_steps=args.steps,
+        job = write_job(root / "job", model, rollouts_per_prompt=4, max_steps=steps,
                         grpo={"per_device_train_batch_size": 8})
+        if harness == "stdlib":
+            (job.parent / "bundle" / "agent.py").write_text(STDLIB_AGENT)
         policy_args = ["serve", "policy", "--model", str(model), "--scripted-replies", str(script)]
         with start_server(policy_args) as policy, start_server(
             ["serve", "proxy", "--policy-url", policy.url, "--model", str(model), "--store", str(root / "spans"),
