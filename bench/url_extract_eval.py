@@ -12,7 +12,6 @@ functions (config/rewards/url_extract.py: `reward` = exact URL, `closeness` = pa
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sqlite3
 import statistics
@@ -26,12 +25,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "harness-bundles" / "url_extract_inline"))
 from agent import SYSTEM_PROMPT  # noqa: E402  (the harness's own prompt)
 
+from veri.core.config import RewardConfig  # noqa: E402
+from veri.trainer.rewards import load_reward_functions  # noqa: E402
 
-def load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+REWARDS = REPO / "config/rewards/url_extract.py"
 
 
 def trained_tasks(job: Path) -> set[int]:
@@ -40,7 +37,7 @@ def trained_tasks(job: Path) -> set[int]:
 
 
 def evaluate(model_dir: Path, rows: list[dict], samples: int, temperature: float, max_tokens: int,
-             rewards) -> dict[str, float]:
+             exact_fn, closeness_fn) -> dict[str, float]:
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
@@ -56,8 +53,8 @@ def evaluate(model_dir: Path, rows: list[dict], samples: int, temperature: float
         replies = [tokenizer.decode(o[inputs["input_ids"].shape[1]:], skip_special_tokens=True) for o in out]
         completions = [[{"role": "assistant", "content": reply}] for reply in replies]
         expected = [row["expected_url"]] * samples
-        exact += rewards.reward(None, completions, expected)
-        close += rewards.closeness(None, completions, expected)
+        exact += exact_fn(prompts=None, completions=completions, expected_url=expected)
+        close += closeness_fn(prompts=None, completions=completions, expected_url=expected)
     return {"exact": statistics.fmean(exact), "closeness": statistics.fmean(close)}
 
 
@@ -71,15 +68,16 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--max-tokens", type=int, default=48)
     args = parser.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    rewards = load(REPO / "config/rewards/url_extract.py", "url_extract_rewards")
+    # Loaded as the job loads them (config/url_extract_cpu.yaml's two entries).
+    exact_fn, closeness_fn = (f.func for f in load_reward_functions(
+        [RewardConfig(file=REWARDS), RewardConfig(file=REWARDS, function="closeness")]))
     seen = trained_tasks(args.job)
     rows = [json.loads(line) for line in args.dataset.read_text().splitlines()]
     held_out = [row for i, row in enumerate(rows) if i not in seen][: args.tasks]
     print(f"{len(held_out)} held-out tasks (the job trained on {len(seen)}), {args.samples} samples each, "
           f"temperature {args.temperature}, max {args.max_tokens} tokens")
     for model_dir in args.models:
-        scores = evaluate(model_dir, held_out, args.samples, args.temperature, args.max_tokens, rewards)
+        scores = evaluate(model_dir, held_out, args.samples, args.temperature, args.max_tokens, exact_fn, closeness_fn)
         print(f"  {str(model_dir):<50} exact {scores['exact']:.3f}   closeness {scores['closeness']:.3f}"
               f"   reward (exact + 0.5 x closeness) {scores['exact'] + 0.5 * scores['closeness']:.3f}")
 
