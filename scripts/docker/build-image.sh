@@ -4,10 +4,16 @@
 # Skipped when the image exists with the same input digest (context + build args + the parent
 # images' ids), kept in its label org.veri.inputs.
 # Env: BUILD_ARGS ("K=V" lines), EXTRA_CA (PEM file -> build arg EXTRA_CA_CERT), PARENTS (images
-# whose ids are inputs), NETWORK (default none: these builds are offline), LOG_DIR.
+# whose ids are inputs), NETWORK (default none: these builds are offline), LOG_DIR,
+# SERVE ("NAME=DIR ..."): folders served read-only on 127.0.0.1 for the build (build arg VENDOR_URL,
+# fetched as $VENDOR_URL/NAME/...; the build then uses the host's network, still offline) instead
+# of being sent in the context — no image-store copy of the wheels. Their contents are inputs.
+# A rebuilt TAG's previous image is removed, so rebuilds do not pile up on the disk.
 set -euo pipefail
+here=$(dirname "$0")
 TAG=$1 DOCKERFILE=$2; shift 2
 NETWORK=${NETWORK:-none}
+read -r -a serve <<<"${SERVE:-}"
 LOG_DIR=${LOG_DIR:-build/docker}
 paths=("$@")
 covered=0
@@ -20,16 +26,39 @@ while IFS= read -r kv; do [ -z "$kv" ] || args+=(--build-arg "$kv"); done <<<"${
 ca=""
 if [ -n "${EXTRA_CA:-}" ]; then ca=$(cat "$EXTRA_CA"); args+=(--build-arg "EXTRA_CA_CERT=$ca"); fi
 parent_ids=$(for p in ${PARENTS:-}; do docker image inspect -f '{{.Id}}' "$p" 2>/dev/null || true; done)
-digest=$( { ctx | sha256sum; printf '%s\n' "${BUILD_ARGS:-}" "$ca" "$parent_ids" "$NETWORK"; } | sha256sum | cut -c1-32)
+served() { for kv in "${serve[@]}"; do echo "${kv%%=*}"; tar --sort=name --mtime=@0 --owner=0 --group=0 \
+  --numeric-owner --exclude='.inputs' -C "${kv#*=}" -c . | sha256sum; done; }
+digest=$( { ctx | sha256sum; served; printf '%s\n' "${BUILD_ARGS:-}" "$ca" "$parent_ids" "$NETWORK"; } \
+  | sha256sum | cut -c1-32)
 if [ "$(docker image inspect -f '{{index .Config.Labels "org.veri.inputs"}}' "$TAG" 2>/dev/null)" = "$digest" ]; then
   echo "build-image: $TAG is up to date"; exit 0
 fi
 mkdir -p "$LOG_DIR"
 log="$LOG_DIR/$(tr '/:' '__' <<<"$TAG").log"
 echo "build-image: $TAG (log: $log)"
+if [ ${#serve[@]} -gt 0 ]; then
+  port_file=$(mktemp)
+  python3 "$here/serve-vendor.py" "${serve[@]}" >"$port_file" &
+  server=$!
+  trap 'kill $server 2>/dev/null; rm -f "$port_file"' EXIT
+  for _ in $(seq 100); do [ -s "$port_file" ] && break; kill -0 $server 2>/dev/null || break; sleep 0.1; done
+  port=$(head -1 "$port_file")
+  [ -n "$port" ] || { echo "build-image: could not serve ${serve[*]} on 127.0.0.1" >&2; exit 1; }
+  args+=(--build-arg "VENDOR_URL=http://127.0.0.1:$port")
+  NETWORK=host
+fi
+previous=$(docker image inspect -f '{{.Id}}' "$TAG" 2>/dev/null || true)
 start=$SECONDS
 if ! ctx | docker build --network "$NETWORK" -f "$DOCKERFILE" -t "$TAG" \
     --label "org.veri.inputs=$digest" "${args[@]}" - >"$log" 2>&1; then
-  tail -40 "$log" >&2; echo "build-image: $TAG failed (log: $log)" >&2; exit 1
+  tail -40 "$log" >&2; echo "build-image: $TAG failed (log: $log)" >&2
+  if grep -q "no space left on device" "$log"; then
+    echo "build-image: the disk is full ($(df -h "$(docker info -f '{{.DockerRootDir}}')" | awk 'NR==2{print $4}') free" \
+      "for docker): docker image prune -f frees untagged images; scripts/disk-check.sh says what to remove" >&2
+  fi
+  exit 1
 fi
+now=$(docker image inspect -f '{{.Id}}' "$TAG")
+# The replaced image (now untagged); kept only while a container or a child image still uses it.
+[ -z "$previous" ] || [ "$previous" = "$now" ] || docker image rm "$previous" >/dev/null 2>&1 || true
 echo "build-image: $TAG built in $((SECONDS - start)) s, $(docker image inspect -f '{{.Size}}' "$TAG" | awk '{printf "%.0f MB", $1/1e6}')"

@@ -25,12 +25,11 @@ else
   fi
 fi
 
-PARENTS=$os BUILD_ARGS="OS_IMAGE=$os" \
-  "$here/build-image.sh" "$PREFIX/base" base-images/base/Dockerfile base-images/base "$VENDOR/wheels/base"
+# Wheels and tarballs are served to the builds on 127.0.0.1 (SERVE), not sent in their contexts.
+PARENTS=$os BUILD_ARGS="OS_IMAGE=$os" SERVE="wheels=$VENDOR/wheels/base" \
+  "$here/build-image.sh" "$PREFIX/base" base-images/base/Dockerfile base-images/base
 EXTRA_CA="" PARENTS="$PREFIX/base" BUILD_ARGS="BASE_IMAGE=$PREFIX/base
-CLAUDE_CODE_VERSION=$CLAUDE_CODE_VERSION" \
-  "$here/build-image.sh" "$PREFIX/base-claude-agent" base-images/claude-agent/Dockerfile \
-  "$VENDOR/npm" "$VENDOR/wheels/claude-agent"
-EXTRA_CA="" PARENTS=$os BUILD_ARGS="OS_IMAGE=$os" \
-  "$here/build-image.sh" "$PREFIX/runtime" services/runtime.Dockerfile \
-  pyproject.toml services "$VENDOR/wheels/runtime"
+CLAUDE_CODE_VERSION=$CLAUDE_CODE_VERSION" SERVE="npm=$VENDOR/npm wheels=$VENDOR/wheels/claude-agent" \
+  "$here/build-image.sh" "$PREFIX/base-claude-agent" base-images/claude-agent/Dockerfile
+EXTRA_CA="" PARENTS=$os BUILD_ARGS="OS_IMAGE=$os" SERVE="wheels=$VENDOR/wheels/runtime" \
+  "$here/build-image.sh" "$PREFIX/runtime" services/runtime.Dockerfile pyproject.toml services

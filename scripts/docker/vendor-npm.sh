@@ -11,7 +11,9 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "vendor-npm: npm pack ${PKGS[*]}"
-npm pack --silent --pack-destination "$tmp" "${PKGS[@]}" >/dev/null
+# Its own throwaway cache: ~/.npm would keep a second copy of the 180 MB binary.
+npm pack --silent --cache "$tmp/.npm-cache" --pack-destination "$tmp" "${PKGS[@]}" >/dev/null
+rm -rf "$tmp/.npm-cache"
 chmod 755 "$tmp" && rm -rf "$OUT" && mkdir -p "$(dirname "$OUT")" && mv "$tmp" "$OUT" && trap - EXIT
 (cd "$OUT" && sha256sum -- *.tgz >lock.txt)
 echo "${PKGS[*]}" >"$OUT/.inputs"

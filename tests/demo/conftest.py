@@ -25,16 +25,12 @@ from veri.core.records import SessionInfo
 from veri.proxy.control_client import ControlClient
 from veri.webfixture.pages import task
 
+from tests.claude_code import claude_binary
+
 REPO = Path(__file__).resolve().parents[2]
 BUNDLES = REPO / "harness-bundles"
 OPENAI_PAGE = 3  # the task the OpenAI-bundle tests run
 CLAUDE_PAGE = 6  # the task the Claude-bundle tests run
-
-
-def claude_binary() -> Path:
-    path = Path(os.environ.get("VERI_CLAUDE_BIN", REPO / "build/node/node_modules/.bin/claude"))
-    assert path.exists(), f"Claude Code not installed at {path}: run `make claude-code`"
-    return path.resolve()
 
 
 def fetch_rule(row: dict, reply: str) -> dict:

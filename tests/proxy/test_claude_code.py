@@ -5,19 +5,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
+from tests.claude_code import claude_binary
 from tests.proxy.conftest import assert_bridged_chain
 
 pytestmark = pytest.mark.slow
-
-
-def claude_binary() -> Path:
-    path = Path(os.environ.get("VERI_CLAUDE_BIN", "build/node/node_modules/.bin/claude"))
-    assert path.exists(), f"Claude Code not installed at {path}: run `make claude-code`"
-    return path.resolve()
 
 
 def test_claude_p_tool_round_trip(session, control, tmp_path):
