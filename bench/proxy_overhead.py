@@ -106,7 +106,7 @@ def pct(values: list[float], q: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=Path("build/models/tiny"))
-    parser.add_argument("--rounds", type=int, default=3, help="sessions per concurrent slot")
+    parser.add_argument("--rounds", type=int, default=3, help="sessions per concurrent slot (at least 48 sessions in all)")
     args = parser.parse_args()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     reply_text = '<tool_call>\n{"name": "lookup", "arguments": {"q": "word"}}\n</tool_call>'
@@ -128,7 +128,8 @@ def main() -> None:
                 prompts = direct_prompts(tokenizer, system, reply_text)
                 for concurrency in (1, 16, 64):
                     direct, proxied, direct_rate, proxy_rate, cpu = [], [], 0.0, 0.0, 0.0
-                    for _ in range(args.rounds):
+                    # Enough calls for a steady p50 where the concurrency is low (1 session: 48 x 4 calls).
+                    for _ in range(max(args.rounds, -(-48 // concurrency))):
                         d, dr = asyncio.run(run(concurrency, lambda c, lat: one_session_direct(c, policy_url, prompts, lat)))
                         before = sum(proxy_process.cpu_times()[:2])
                         p, pr = asyncio.run(run(concurrency, lambda c, lat: one_session_proxy(c, proxy.url, system, lat)))
