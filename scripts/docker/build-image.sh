@@ -55,6 +55,9 @@ if ! ctx | docker build --network "$NETWORK" -f "$DOCKERFILE" -t "$TAG" \
   if grep -q "no space left on device" "$log"; then
     echo "build-image: the disk is full ($(df -h "$(docker info -f '{{.DockerRootDir}}')" | awk 'NR==2{print $4}') free" \
       "for docker): docker image prune -f frees untagged images; scripts/disk-check.sh says what to remove" >&2
+  elif [ ${#serve[@]} -gt 0 ] && grep -qiE "connection refused|failed to establish a new connection" "$log"; then
+    echo "build-image: the build could not fetch the vendored files from 127.0.0.1:$port (it needs" \
+      "docker build --network host to reach the host's loopback: rootful dockerd, no proxy for 127.0.0.1)" >&2
   fi
   exit 1
 fi
