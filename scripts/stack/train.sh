@@ -28,8 +28,8 @@ export VERI_STATE_DIR=$state VERI_CONTROL_TOKEN=$(cat "$state/control_token")
 # docker CLI stops relaying the container's output; compose v2 returns at once, while the trainer
 # is still stopping (or, sometimes, before it has the signal at all). The trap notes the signal (it
 # runs once compose is back); this script makes sure the trainer container (named, so it can) got
-# it and is gone, says where the job stands and ends 130. (A SIGTERM to this script alone reaches neither compose nor the trainer: it waits
-# for them as it would without the trap.)
+# it and is gone, says where the job stands and ends 130. (A SIGTERM to this script alone reaches
+# neither compose nor the trainer: it waits for them as it would without the trap.)
 stopped=
 trap 'stopped=1' INT TERM
 resume="make train CONFIG=$CONFIG RESUME=1${NAME:+ NAME=$NAME}"
