@@ -24,7 +24,8 @@ train: images venv
 
 .PHONY: compose-v2 test-compose-v2
 # Docker Compose v2 (what Docker CE ships) for a host that has only bookworm's v1: make test runs the
-# stack tests again with it (DOCKER_CONFIG points `docker compose` at the plugin).
+# stack tests again with it (DOCKER_CONFIG points `docker compose` at the plugin). A mirror without
+# trixie skips this loudly: it is an extra client, fetched online, not part of the product.
 COMPOSE_V2_DIR := build/compose-v2
 
 compose-v2:
@@ -33,7 +34,9 @@ compose-v2:
 test-compose-v2: venv tiny-model images
 	@if docker compose version >/dev/null 2>&1; then \
 		echo "test-compose-v2: the host's compose is v2 already (the suite above ran with it)"; \
+	elif ! $(MAKE) --no-print-directory compose-v2; then \
+		echo "test-compose-v2: SKIPPED: could not fetch compose v2 from Debian trixie (above);" \
+			"the stack tests ran with v1 only" >&2; \
 	else \
-		$(MAKE) --no-print-directory compose-v2 && \
 		DOCKER_CONFIG=$(abspath $(COMPOSE_V2_DIR)) VERI_TINY_MODEL=$(TINY_MODEL) $(BIN)/pytest -q -rs tests/stack; \
 	fi

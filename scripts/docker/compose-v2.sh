@@ -17,7 +17,7 @@ echo "deb $mirror trixie main" >"$tmp/sources.list"
 apt_opts=(-q -o Dir::Etc::sourcelist="$tmp/sources.list" -o Dir::Etc::sourceparts=- -o Dir::State::Lists="$tmp/lists"
   -o APT::Sandbox::User=root)
 apt-get "${apt_opts[@]}" update >"$tmp/apt.log" 2>&1 || { tail -5 "$tmp/apt.log" >&2; exit 1; }
-(cd "$tmp/deb" && apt-get "${apt_opts[@]}" download docker-compose >>"$tmp/apt.log" 2>&1) \
+(cd "$tmp/deb" && apt-get "${apt_opts[@]}" download docker-compose/trixie >>"$tmp/apt.log" 2>&1) \
   || { tail -5 "$tmp/apt.log" >&2; exit 1; }
 dpkg-deb -x "$tmp"/deb/docker-compose_*.deb "$tmp/x"
 mkdir -p "$OUT/cli-plugins"
