@@ -262,6 +262,12 @@ class DockerBackend:
                 status = RolloutStatus.FAILED
                 notes.append(_output_note(size, ceiling))
         truncated = await self._call(enforce_output_cap, output_dir, limits.output_max_bytes)
+        if status is RolloutStatus.FAILED and exit_code == 1 and not stderr.strip() and not notes:
+            # Under gVisor a harness out of memory often gets a MemoryError with no memory left to print
+            # it: exit 1, empty stderr, OOMKilled false. Say it may be that rather than nothing.
+            notes.append(f"[veri] exit 1 with nothing on stderr: a harness that runs out of memory can end this way "
+                         f"(a MemoryError it had no memory left to print); the memory limit was {limits.memory_mb} MB "
+                         f"(SandboxLimits.memory_mb)")
         if notes:
             stderr = (stderr + "\n" if stderr else "") + "\n".join(notes)
         return LaunchResult(

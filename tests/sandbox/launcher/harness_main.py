@@ -18,6 +18,8 @@ if kind == "ok":
 elif kind == "exit":
     print("boom", file=sys.stderr)
     sys.exit(3)
+elif kind == "silent":
+    sys.exit(1)
 elif kind == "hang":
     # A grandchild in its own session, re-parented away from the harness: it must die with the sandbox.
     delay = task["grandchild_delay"]

@@ -31,6 +31,7 @@ def test_faults_in_one_group(backend, harness_image, docker_client, launcher_id,
     group = GroupLaunch(max_parallel=10, launches=[
         launch(image, "ok-1", {"fault": "ok", "n": 1}),
         launch(image, "exit", {"fault": "exit"}),
+        launch(image, "silent", {"fault": "silent"}),
         launch(image, "hang", {"fault": "hang", "grandchild_delay": 6}, timeout_s=4),
         launch(image, "forkbomb", {"fault": "forkbomb"}, limits=SandboxLimits(nproc=64)),
         launch(image, "memhog", {"fault": "memhog"}, limits=SandboxLimits(memory_mb=256)),
@@ -54,6 +55,11 @@ def test_faults_in_one_group(backend, harness_image, docker_client, launcher_id,
 
     assert results["exit"].status == "failed" and results["exit"].exit_code == 3, summary
     assert results["exit"].stderr_tail == "boom\n"
+    # exit 1 and nothing on stderr: how a MemoryError too big to print ends under gVisor, so said
+    silent = results["silent"]
+    assert silent.status == "failed" and silent.exit_code == 1, summary
+    assert silent.stderr_tail.startswith("[veri] exit 1 with nothing on stderr"), silent.stderr_tail
+    assert "memory limit was 2048 MB" in silent.stderr_tail
 
     hang = results["hang"]
     assert hang.status == "truncated" and hang.exit_code is None, summary
