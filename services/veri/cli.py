@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from veri.appliance import cli as appliance_cli
 from veri.harness import cli as harness_cli
 from veri.launcher import cli as launcher_cli
 from veri.models import cli as models_cli
 from veri.policy import cli as policy_cli
 from veri.proxy import cli as proxy_cli
 from veri.trainer import cli as trainer_cli
-from veri.trainer import run_harness_cli, stack_env
+from veri.trainer import run_harness_cli
 from veri.webfixture import cli as webfixture_cli
 
 
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     proxy_cli.register_session(commands)
     trainer_cli.register(commands)
     run_harness_cli.register(commands)
-    stack_env.register(commands)
+    appliance_cli.register(commands)
     webfixture_cli.register(commands)
     return parser
 
