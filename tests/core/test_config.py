@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 import trl
-
-from tests.core.jobs import job, write_job, write_model
 from veri.core import grpo as grpo_rules
 from veri.core.config import (
     JobConfig,
@@ -22,6 +20,8 @@ from veri.core.config import (
 from veri.core.dataset import DatasetConfig
 from veri.core.layout import GpuInventory
 from veri.core.problems import ProblemsError
+
+from tests.core.jobs import job, write_job, write_model
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -162,8 +162,28 @@ def test_layout_is_planned_for_the_given_gpus(job_dir: Path):
     report = check_config(path, base_dir=job_dir, gpus=GpuInventory.nvidia(4))
     assert report.problems == []
     assert any("TP=2 x DP=1 on GPUs 1,2" in note and "idle GPUs: 3" in note for note in report.notes)
-    report = check_config(path, base_dir=job_dir, gpus=GpuInventory.nvidia(1))
-    assert "1 GPU is not enough" in problems_by_place(report)["backend"]
+    report = check_config(path, base_dir=job_dir, gpus=GpuInventory.nvidia(1))  # 1 GPU: shared, filesystem sync
+    assert report.problems == []
+    assert any("share GPU 0" in note and "weight sync: filesystem" in note for note in report.notes)
+    report = check_config(path, base_dir=job_dir, gpus=GpuInventory.nvidia(0))
+    assert "backend: hf" in problems_by_place(report)["backend"]
+
+
+def test_layout_knobs_are_checked_against_the_plan(job_dir: Path):
+    def found(gpus: int, **knobs) -> dict[str, str]:
+        path = write_job(job_dir, job(backend="vllm", grpo={}, **knobs))
+        return problems_by_place(check_config(path, base_dir=job_dir, gpus=GpuInventory.nvidia(gpus)))
+
+    assert "set weight_sync: filesystem" in found(1, weight_sync="nccl")["weight_sync"]
+    assert found(4, weight_sync="filesystem", vllm_data_parallel_size="auto") == {}
+    assert "not a replica count" in found(4, vllm_data_parallel_size="many")["vllm_data_parallel_size"]
+    assert "does not divide" in found(8, vllm_tensor_parallel_size=3)["vllm_tensor_parallel_size"]
+    cpu = check_config(write_job(job_dir, job(backend="vllm", grpo={}, device="cpu", vllm_data_parallel_size=2)),
+                       base_dir=job_dir)  # no GPU probe, no GPU needed
+    assert cpu.problems == [] and any("vLLM CPU build" in note for note in cpu.notes)
+    assert cpu.config is not None and cpu.config.gpu_layout().data_parallel_size == 2
+    hf = problems_by_place(check_config(write_job(job_dir, job(weight_sync="nccl", device="cpu")), base_dir=job_dir))
+    assert "only applies to `backend: vllm`" in hf["weight_sync"] and "only applies" in hf["device"]
 
 
 def test_grpo_config_kwargs_build_a_real_grpo_config(job_dir: Path, tmp_path: Path):

@@ -1,11 +1,13 @@
-"""`veri stack-env CONFIG`: the settings the compose stack needs for a job."""
+"""The appliance's commands: `veri stack-env CONFIG` (the compose stack's settings for a job) and
+`veri layout` (the GPU plan: which GPU trains, which serve the policy, and why)."""
 
 from __future__ import annotations
 
 import argparse
 
-from veri.appliance import stack_env
+from veri.appliance import layout_cmd, stack_env
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     stack_env.register(commands)
+    layout_cmd.register(commands)

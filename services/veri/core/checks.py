@@ -20,7 +20,10 @@ from veri.core.dataset import read_dataset
 from veri.core.harness import MANIFEST_FILE, ManifestError, load_manifest
 from veri.core.problems import Problem, ProblemsError
 
-_VLLM_ONLY = ("vllm_tensor_parallel_size", "vllm_data_parallel_size", "vllm_gpu_memory_utilization", "max_model_len")
+_VLLM_ONLY = (
+    "vllm_tensor_parallel_size", "vllm_data_parallel_size", "vllm_gpu_memory_utilization", "max_model_len",
+    "weight_sync", "device",
+)
 _BUILDABLE_MODELS = {"tiny": "veri model tiny --out {path}", "smollm2": "veri model smollm2 --out {path}"}
 
 
@@ -110,7 +113,7 @@ def _backend_knobs(config: JobConfig, context: CheckContext) -> list[Problem]:
     return [
         Problem(name, "only applies to `backend: vllm`", "remove it, or set `backend: vllm`")
         for name in _VLLM_ONLY
-        if getattr(config, name) is not None
+        if getattr(config, name) != JobConfig.model_fields[name].default  # set in the file
     ]
 
 
@@ -178,28 +181,35 @@ def _grpo(config: JobConfig, context: CheckContext) -> list[Problem]:
 
 
 def _layout(config: JobConfig, context: CheckContext) -> list[Problem]:
+    """The planner's verdict for the given GPUs (or this machine), its plan and reasons as a note."""
     if config.backend != Backend.VLLM:
         return []
     try:
-        heads = layout.attention_heads(config.model)
+        facts = layout.model_facts(config.model)
     except layout.LayoutError:
         return []  # the model check reports the folder
-    tp, dp = config.vllm_tensor_parallel_size, config.vllm_data_parallel_size
-    where = "vllm_tensor_parallel_size" if tp else ("vllm_data_parallel_size" if dp else "backend")
-    gpus = context.gpus or layout.probe_gpus()
-    if gpus.vendor == layout.GpuVendor.NONE and context.gpus is None:  # validating away from the GPU box
-        context.notes.append(
-            "no NVIDIA GPU on this machine: the GPU layout is planned when the job starts"
-            " (`veri validate --gpus N` plans it for an N-GPU box)"
-        )
-        error = layout.parallel_size_problem(heads, tp, dp)
-        return [Problem(where, error.message, error.fix)] if error else []
+    gpus = context.gpus
+    if gpus is None and config.device != layout.PolicyDevice.CPU:
+        gpus = layout.probe_gpus()
+        if gpus.vendor == layout.GpuVendor.NONE:  # validating away from the GPU box
+            context.notes.append(
+                "no NVIDIA GPU on this machine: the GPU layout is planned when the job starts"
+                " (`veri validate --gpus N` plans it for an N-GPU box)"
+            )
+            error = layout.parallel_size_problem(facts, config.vllm_tensor_parallel_size,
+                                                 config.vllm_data_parallel_size)
+            return [_layout_problem(config, error)] if error else []
     try:
         plan = config.gpu_layout(gpus)
     except layout.LayoutError as error:
-        return [Problem(where, error.message, error.fix)]
+        return [_layout_problem(config, error)]
     context.notes.append("GPU layout: " + plan.describe())
     return []
+
+
+def _layout_problem(config: JobConfig, error: layout.LayoutError) -> Problem:
+    where = error.knob or ("device" if config.device != layout.PolicyDevice.AUTO else "backend")
+    return Problem(where, error.message, error.fix)
 
 
 def _model_config(model: Path) -> dict[str, Any]:
@@ -224,5 +234,6 @@ CHECKS: list[tuple[tuple[str, ...], Check]] = [
     (("sampling", "max_response_length"), _per_call_tokens),
     (("model", "max_model_len", "max_response_length"), _context_length),
     (("grpo",), _grpo),
-    (("backend", "model", "vllm_tensor_parallel_size", "vllm_data_parallel_size"), _layout),
+    (("backend", "model", "vllm_tensor_parallel_size", "vllm_data_parallel_size", "vllm_gpu_memory_utilization",
+      "weight_sync", "device"), _layout),
 ]

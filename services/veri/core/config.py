@@ -6,7 +6,7 @@
 
 Relative paths resolve against `base_dir` (default: the directory veri runs in, i.e. the repo root for
 `make train`). Every accepted knob has a consumer, named in its description; knobs that cannot act in
-a given setup (a `vllm_*` knob with `backend: hf`) are problems, not silently ignored.
+a given setup (a `vllm_*`, `weight_sync` or `device` knob with `backend: hf`) are problems, not silently ignored.
 
 `check_config` finds every problem at once (structure, types, unknown keys with the nearest real one,
 missing files, GRPO settings against the installed TRL, the GPU layout); `load_config` raises them all.
@@ -22,17 +22,48 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from veri.core import grpo as grpo_rules
 from veri.core.dataset import DatasetConfig
-from veri.core.layout import GpuInventory, GpuLayout, attention_heads, plan_layout, probe_gpus
+from veri.core.layout import (
+    AUTO,
+    DataParallelSize,
+    GpuInventory,
+    GpuLayout,
+    GpuVendor,
+    PolicyDevice,
+    WeightSync,
+    model_facts,
+    plan_layout,
+    probe_gpus,
+)
 from veri.core.problems import Problem, ProblemsError
 
 
 class Backend(StrEnum):
     VLLM = "vllm"  # GPU: vLLM policy server, TRL pushes weights over NCCL
     HF = "hf"  # CPU: veri's transformers policy server, weights pushed after every step
+
+
+def _replica_count(value: Any) -> DataParallelSize:
+    if value is None or value == AUTO:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise ValueError(f"{value!r} is not a replica count; set a whole number >= 1, or `auto` to fill the free GPUs")
+
+
+# an int >= 1 or "auto" (one validator, so a bad value is one problem, not one per union member)
+ReplicaCount = Annotated[DataParallelSize, PlainValidator(_replica_count, json_schema_input_type=DataParallelSize)]
 
 
 class HarnessProtocol(StrEnum):
@@ -96,9 +127,22 @@ class JobConfig(BaseModel):
         default_factory=dict, description="proxy rendering and TRL, e.g. {enable_thinking: false}"
     )
     vllm_tensor_parallel_size: int | None = Field(default=None, ge=1, description="vllm: TP (default: planned)")
-    vllm_data_parallel_size: int | None = Field(default=None, ge=1, description="vllm: policy replicas (default 1)")
+    vllm_data_parallel_size: ReplicaCount = Field(
+        default=None,
+        description="vllm: policy replicas (default 1); `auto`: as many as fit in the free GPUs (layout planner)",
+    )
     vllm_gpu_memory_utilization: float | None = Field(
-        default=None, gt=0, le=1, description="vllm: --gpu-memory-utilization (default: vLLM's)"
+        default=None, gt=0, le=1,
+        description="vllm: --gpu-memory-utilization (default: vLLM's 0.9; 0.3 when sharing 1 GPU with the trainer)",
+    )
+    weight_sync: WeightSync = Field(
+        default=WeightSync.AUTO,
+        description="vllm: how the trainer's weights reach the policy: nccl (2+ GPUs), filesystem (1 GPU, CPU,"
+        " or where NCCL cannot go); auto picks (layout planner -> trainer and policy)",
+    )
+    device: PolicyDevice = Field(
+        default=PolicyDevice.AUTO,
+        description="vllm: auto/cuda = NVIDIA GPUs (planned); cpu = vLLM's CPU build, one server per replica",
     )
     max_model_len: int | None = Field(default=None, ge=1, description="vllm: --max-model-len (default: model's)")
     lora_rank: int | None = Field(default=None, ge=1, description="trainer: LoRA rank (unset: full fine-tune)")
@@ -130,12 +174,18 @@ class JobConfig(BaseModel):
         return {**defaults, **knobs, **passed}
 
     def gpu_layout(self, gpus: GpuInventory | None = None) -> GpuLayout:
-        """Where the trainer and the vLLM policy run (None: this machine); raises `LayoutError`."""
+        """Where the trainer and the vLLM policy run (`backend: vllm`), planned for `gpus` (None: this
+        machine, not probed with `device: cpu`); raises `LayoutError`. Plan once, before anything starts."""
+        if gpus is None:
+            gpus = GpuInventory(0, GpuVendor.NONE) if self.device == PolicyDevice.CPU else probe_gpus()
         return plan_layout(
-            gpus or probe_gpus(),
-            attention_heads(self.model),
+            gpus,
+            model_facts(self.model),
             tensor_parallel_size=self.vllm_tensor_parallel_size,
             data_parallel_size=self.vllm_data_parallel_size,
+            gpu_memory_utilization=self.vllm_gpu_memory_utilization,
+            weight_sync=self.weight_sync,
+            device=self.device,
         )
 
     def lora_config_kwargs(self) -> dict[str, Any] | None:

@@ -6,6 +6,11 @@ VERI_HOME = "VERI_HOME"  # state folder of a running stack (control token, store
 VERI_PROXY_URL = "VERI_PROXY_URL"  # `veri train`: the capture proxy's URL (default http://127.0.0.1:8000)
 VERI_POLICY_URL = "VERI_POLICY_URL"  # `veri train`: the policy server's URL (default http://127.0.0.1:8001)
 VERI_LAUNCHER_URL = "VERI_LAUNCHER_URL"  # `veri train --sandbox launcher`: the launcher service's URL
+# The capture proxy reads each ProxySettings field from VERI_PROXY_<FIELD> (what `veri serve proxy
+# --workers N` hands its workers), e.g. VERI_PROXY_POLICY_URL, VERI_PROXY_POLICY_URLS (a JSON list:
+# one replica per server), VERI_PROXY_DATA_PARALLEL_SIZE (vLLM DP ranks per server).
+VERI_PROXY_PREFIX = "VERI_PROXY_"
+VERI_GPU_PLAN = "VERI_GPU_PLAN"  # the GPU plan (layout.GpuLayout JSON), made once before the stack starts; containers read it, never re-plan
 
 # --- read from the machine (GPU layout probe) ------------------------------------------------
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"  # the GPUs this job may use

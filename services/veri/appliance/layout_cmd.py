@@ -1,0 +1,105 @@
+"""`veri layout`: print the GPU plan for a machine and a model (what goes where, and why).
+
+    veri layout --gpus 4 --heads 32 --kv-heads 8 --params-b 4 --gpu-memory-gb 24 --dp auto
+    veri layout --gpus 8 --model /models/Llama-70B --gpu-memory-gb 80 --json
+
+Without `--gpus` it plans for this machine (nvidia-smi). `--json` prints the plan as the containers get
+it (VERI_GPU_PLAN). A combination that cannot be planned prints one line with the fix and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from veri.core import layout
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    command = commands.add_parser("layout", help="print the GPU plan: trainer and policy GPUs, TP, DP, and why")
+    command.add_argument("--gpus", type=int, default=None,
+                         help="plan for a box with N NVIDIA GPUs (default: this machine's)")
+    model = command.add_mutually_exclusive_group(required=True)
+    model.add_argument("--model", type=Path, help="model folder (config.json; safetensors headers for its size)")
+    model.add_argument("--heads", type=int, help="the model's attention heads (instead of --model)")
+    command.add_argument("--kv-heads", type=int, default=None, help="its KV heads (default: --heads)")
+    command.add_argument("--tp", type=int, default=None, help="vllm_tensor_parallel_size (default: planned)")
+    command.add_argument("--dp", type=_replicas, default=None,
+                         help="vllm_data_parallel_size: a number or `auto` (default 1)")
+    command.add_argument("--gpu-memory-gb", type=float, default=None,
+                         help="memory per GPU in GiB (default: nvidia-smi's when planning for this machine)")
+    command.add_argument("--params-b", type=float, default=None,
+                         help="model size in billions of parameters (default: from --model)")
+    command.add_argument("--gpu-memory-utilization", type=float, default=None, help="vllm_gpu_memory_utilization")
+    command.add_argument("--weight-sync", choices=[item.value for item in layout.WeightSync], default="auto")
+    command.add_argument("--device", choices=[item.value for item in layout.PolicyDevice], default="auto")
+    command.add_argument("--json", action="store_true", help="print the plan as JSON (what VERI_GPU_PLAN carries)")
+    command.set_defaults(func=_print)
+
+
+def plan_from_args(args: argparse.Namespace) -> layout.GpuLayout:
+    """The plan the flags describe; raises `LayoutError`."""
+    if args.kv_heads is not None and args.heads is None:
+        raise layout.LayoutError("--kv-heads needs --heads", "give --heads H --kv-heads K, or --model DIR")
+    if args.model is not None:
+        facts = layout.model_facts(args.model)
+    else:
+        facts = layout.ModelFacts.from_heads(args.heads, args.kv_heads)
+    if args.params_b is not None:
+        facts = dataclasses.replace(facts, parameters=round(args.params_b * 1e9), source="--params-b")
+    return layout.plan_layout(
+        _inventory(args),
+        facts,
+        tensor_parallel_size=args.tp,
+        data_parallel_size=args.dp,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        weight_sync=layout.WeightSync(args.weight_sync),
+        device=layout.PolicyDevice(args.device),
+    )
+
+
+def _inventory(args: argparse.Namespace) -> layout.GpuInventory:
+    if args.gpus is not None:
+        return layout.GpuInventory.nvidia(args.gpus, args.gpu_memory_gb)
+    if args.device == layout.PolicyDevice.CPU:
+        return layout.GpuInventory(0, layout.GpuVendor.NONE)
+    probed = layout.probe_gpus()
+    return dataclasses.replace(probed, memory_gib=args.gpu_memory_gb or probed.memory_gib)
+
+
+def _print(args: argparse.Namespace) -> int:
+    bad = _bad_number(args)
+    try:
+        if bad:
+            raise layout.LayoutError(*bad)
+        plan = plan_from_args(args)
+    except layout.LayoutError as error:
+        print(f"veri layout: {error.message}; fix: {error.fix}", file=sys.stderr)
+        return 2
+    print(plan.to_json() if args.json else plan.describe())
+    return 0
+
+
+def _bad_number(args: argparse.Namespace) -> tuple[str, str] | None:
+    """Flags no plan can use (the planner assumes sane numbers)."""
+    for flag, value in (("--gpus", args.gpus), ("--heads", args.heads), ("--kv-heads", args.kv_heads),
+                        ("--tp", args.tp)):
+        if value is not None and value < (0 if flag == "--gpus" else 1):
+            return f"{flag} {value} is not a valid count", f"give {flag} a whole number >= {0 if flag == '--gpus' else 1}"
+    for flag, value in (("--gpu-memory-gb", args.gpu_memory_gb), ("--params-b", args.params_b)):
+        if value is not None and value <= 0:
+            return f"{flag} {value:g} is not positive", f"give {flag} a number > 0"
+    utilization = args.gpu_memory_utilization
+    if utilization is not None and not 0 < utilization <= 1:
+        return f"--gpu-memory-utilization {utilization:g} is not a fraction", "give a number in (0, 1]"
+    return None
+
+
+def _replicas(text: str) -> int | str:
+    if text == layout.AUTO:
+        return text
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r} is not a replica count (a whole number >= 1, or auto)")
