@@ -30,7 +30,6 @@ from tests.servers import start_server  # noqa: E402
 from tests.trainer.conftest import MAX_TOKENS, SCRIPT, write_job  # noqa: E402
 from veri.trainer.archive import read_metrics  # noqa: E402
 
-
 # The same loop as tests/trainer/conftest.py's AGENT, on urllib: two chat calls, one tool result.
 STDLIB_AGENT = '''
 import json, os, pathlib, sys, urllib.request

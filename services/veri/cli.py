@@ -13,7 +13,6 @@ from veri.models import cli as models_cli
 from veri.policy import cli as policy_cli
 from veri.proxy import cli as proxy_cli
 from veri.trainer import cli as trainer_cli
-from veri.trainer import run_harness_cli
 from veri.webfixture import cli as webfixture_cli
 
 
@@ -33,7 +32,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     proxy_cli.register_session(commands)
     trainer_cli.register(commands)
-    run_harness_cli.register(commands)
     appliance_cli.register(commands)
     webfixture_cli.register(commands)
     return parser

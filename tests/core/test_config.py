@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 import trl
+
+from tests.core.jobs import job, write_job, write_model
 from veri.core import grpo as grpo_rules
 from veri.core.config import (
     JobConfig,
@@ -20,8 +22,6 @@ from veri.core.config import (
 from veri.core.dataset import DatasetConfig
 from veri.core.layout import GpuInventory
 from veri.core.problems import ProblemsError
-
-from tests.core.jobs import job, write_job, write_model
 
 REPO = Path(__file__).resolve().parents[2]
 

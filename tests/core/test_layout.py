@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from veri.cli import main as veri_main
 from veri.core.layout import (
     AUTO,

@@ -11,10 +11,10 @@ import pytest
 import yaml
 from transformers import AutoTokenizer
 
+from veri.appliance.stack_env import stack_env
 from veri.proxy.app import settings_from_args
 from veri.proxy.cli import register_serve
 from veri.proxy.rendering import ChatRendering
-from veri.appliance.stack_env import stack_env
 
 MESSAGES = [{"role": "user", "content": "What is 2 + 2?"}]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.stack.conftest import CLAUDE_TASK, OPENAI_TASK, REPO, dataset_row
+from tests.stack.conftest import CLAUDE_TASK, OPENAI_TASK, dataset_row
 from veri.core.rollouts import RolloutRecord
 from veri.proxy.control_client import ControlClient
 

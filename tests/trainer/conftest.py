@@ -108,12 +108,12 @@ def build_rollouts(config, proxy_url: str, tokenizer, archive, scorer, outputs: 
     from veri.core.dataset import read_dataset
     from veri.launcher.local import LocalBackend
     from veri.proxy.control_client import ControlClient
-    from veri.trainer.collect import GroupCollector, LaunchSettings
-    from veri.trainer.progress import StepProgress
-    from veri.trainer.rollout_func import HarnessRollouts
-    from veri.trainer.rows import MaskedRow
-    from veri.trainer.runner import BackendRunner
-    from veri.trainer.sync import PolicyVersions
+    from veri.trainer.grpo.rollout_func import HarnessRollouts
+    from veri.trainer.grpo.rows import MaskedRow
+    from veri.trainer.rollouts.collect import GroupCollector, LaunchSettings
+    from veri.trainer.rollouts.runner import BackendRunner
+    from veri.trainer.ui.progress import StepProgress
+    from veri.trainer.weights.sync import PolicyVersions
 
     settings = LaunchSettings(image=str(config.harness_bundle), model_name="policy", max_turns=4, timeout_s=60,
                               max_parallel=4)

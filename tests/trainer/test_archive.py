@@ -16,6 +16,7 @@ import pytest
 from tests.core.spans import bridged_chain, make_span
 from veri.core.episodes import RolloutStatus, Rule, Verdict, build_episode
 from veri.core.rollouts import RewardOutcome, RolloutRecord
+from veri.harness.debug import explain, read_records
 from veri.trainer import archive as archive_module
 from veri.trainer.archive import (
     ArchiveIndex,
@@ -29,7 +30,6 @@ from veri.trainer.archive import (
     rebuild_index,
     step_metrics,
 )
-from veri.trainer.debug import explain, read_records
 
 TIMINGS = {"rollout": 2.0, "reward": 0.5, "train": 1.0, "weight_sync": 0.25}
 

@@ -12,10 +12,10 @@ import torch
 from tests.trainer.records import failed, scored
 from veri.core.episodes import RolloutStatus
 from veri.core.rollouts import RolloutRecord
+from veri.trainer.grpo.rewards import trl_reward_funcs
+from veri.trainer.grpo.rows import MaskedRow, rollout_output
 from veri.trainer.rewards import RewardFunction
-from veri.trainer.rows import MaskedRow, rollout_output
-from veri.trainer.tasks import task_key, trl_dataset
-from veri.trainer.trl_rewards import trl_reward_funcs
+from veri.trainer.rollouts.tasks import task_key, trl_dataset
 
 
 def group_a() -> list[RolloutRecord]:

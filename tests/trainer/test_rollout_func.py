@@ -13,7 +13,7 @@ from veri.core.config import load_config
 from veri.core.episodes import Rule
 from veri.trainer.archive import JobArchive
 from veri.trainer.rewards import RewardScorer, load_reward_functions
-from veri.trainer.tasks import task_key
+from veri.trainer.rollouts.tasks import task_key
 
 
 class WatchedDisplay:

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from veri.trainer.sync import HfWeightSync, PolicyVersions, WeightSyncError
+from veri.trainer.weights.sync import HfWeightSync, PolicyVersions, WeightSyncError
 
 
 class FakeAdmin:

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from tests.trainer.conftest import write_job
 from veri.trainer.archive import ArchiveIndex, read_metrics
-from veri.trainer.policy_admin import PolicyAdmin
+from veri.trainer.weights.policy_admin import PolicyAdmin
 
 pytestmark = pytest.mark.slow
 

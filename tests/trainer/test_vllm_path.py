@@ -16,9 +16,9 @@ from tests.servers import free_port, start_server
 from tests.trainer.conftest import MAX_TOKENS, build_rollouts, write_job
 from veri.core.config import JobConfig, load_config, parse_config
 from veri.trainer.archive import JobArchive
-from veri.trainer.grpo_setup import grpo_config_kwargs, lora_config
+from veri.trainer.grpo.setup import grpo_config_kwargs, lora_config
 from veri.trainer.rewards import RewardScorer, load_reward_functions
-from veri.trainer.tasks import task_key
+from veri.trainer.rollouts.tasks import task_key
 
 VLLM_JOB = {"backend": "vllm", "max_steps": 7, "rollouts_per_prompt": 4, "lora_rank": 8,
             "sampling": {"temperature": 0.7, "top_p": 0.9}, "grpo": {"per_device_train_batch_size": 8}}

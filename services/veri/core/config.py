@@ -22,15 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PlainValidator,
-    TypeAdapter,
-    ValidationError,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, TypeAdapter, ValidationError, model_validator
 
 from veri.core import grpo as grpo_rules
 from veri.core.dataset import DatasetConfig

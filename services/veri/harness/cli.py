@@ -1,8 +1,12 @@
-"""`veri harness build DIR` (and `make harness BUNDLE=DIR`): build a bundle's image."""
+"""A user's harness, before any training: `veri harness build DIR` (and `make harness BUNDLE=DIR`) builds a
+bundle's image, `veri run-harness` runs it N times against the current policy, `veri debug FILE...`
+explains which episode rule fired for each rollout, span by span."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -24,6 +28,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     check = actions.add_parser("check", help="validate a bundle's manifest without building")
     check.add_argument("bundle", type=Path)
     check.set_defaults(func=_check)
+    _register_run(commands)
+    _register_debug(commands)
+
+
+def _register_debug(commands: argparse._SubParsersAction) -> None:
+    debug = commands.add_parser("debug", help="explain which episode rule fired for each rollout, span by span")
+    debug.add_argument("files", nargs="+", type=Path, help="rollout records (.jsonl / .json)")
+    debug.add_argument("--model", type=Path, default=None, help="model folder: decode differing tokens to text")
+    debug.set_defaults(func=_debug)
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -67,3 +80,94 @@ def _build(args: argparse.Namespace) -> int:
         return 2
     print(tag)
     return 0
+
+
+def _register_run(commands: argparse._SubParsersAction) -> None:
+    command = commands.add_parser("run-harness", help="run a harness bundle N times against the current policy")
+    command.add_argument("--bundle", type=Path, required=True, help="harness bundle folder (veri-harness.toml)")
+    source = command.add_mutually_exclusive_group(required=True)
+    source.add_argument("--task", help="one task as JSON (a dataset row, or just a prompt)")
+    source.add_argument("--dataset", type=Path, help="JSONL dataset; pick the row with --index")
+    command.add_argument("--index", type=int, default=0)
+    command.add_argument("-n", type=int, default=1, help="rollouts to run (one GRPO group)")
+    command.add_argument("--out", type=Path, default=None, help="where rollout records go")
+    command.add_argument("--sandbox", choices=["docker", "local"], default="docker",
+                         help="docker (gVisor, default) or local (an unsandboxed subprocess: development only)")
+    command.add_argument("--proxy-url", default=os.environ.get("VERI_PROXY_URL", "http://127.0.0.1:8000"))
+    command.add_argument("--model-name", default=os.environ.get("VERI_MODEL", "policy"))
+    command.add_argument("--max-turns", type=int, default=8)
+    command.add_argument("--timeout", type=float, default=300.0, help="harness_timeout_s")
+    command.add_argument("--no-up", action="store_true", help="never start the stack")
+    command.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from veri.core.harness import ManifestError
+    from veri.harness.run import (
+        RunHarnessError,
+        RunOptions,
+        default_control_token,
+        default_out,
+        load_task,
+        run,
+        summary_rows,
+    )
+
+    out = (args.out or default_out()).resolve()
+    try:
+        options = RunOptions(
+            bundle=args.bundle.resolve(), task=load_task(args.task, args.dataset, args.index), task_index=args.index,
+            n=args.n, out=out, sandbox=args.sandbox, proxy_url=args.proxy_url.rstrip("/"),
+            control_token=default_control_token(), model_name=args.model_name, max_turns=args.max_turns,
+            timeout_s=args.timeout, start_stack=not args.no_up,
+        )
+        collected = run(options)
+    except (RunHarnessError, ManifestError) as error:
+        print(f"veri run-harness: {error}", file=sys.stderr)
+        return 1
+    console = Console(width=max(140, shutil.get_terminal_size().columns))
+    table = Table(title=f"{args.bundle.name}: {len(collected)} rollout(s) of task {args.index}")
+    for column in ("rollout", "status", "turns", "tokens p/c/env", "prompt source per span", "verdicts", "answer"):
+        table.add_column(column)
+    rows = summary_rows(collected)
+    for row in rows:
+        table.add_row(str(row["rollout"]), f"{row['status']} ({row['exit']})", str(row["turns"]),
+                      f"{row['prompt_tokens']}/{row['completion_tokens']}/{row['env_tokens']}",
+                      " ".join(row["prompt_sources"]), ", ".join(row["verdicts"]) or "-", row["answer"][:80])
+    console.print(table)
+    for row in rows:
+        if row["stderr_tail"]:
+            console.print(f"[dim]rollout {row['rollout']} stderr:[/dim] {row['stderr_tail']}")
+    console.print(f"records: {out}  (inspect one: veri debug {out}/task-{args.index}/rollout-0.json)")
+    return 0
+
+
+def _debug(args: argparse.Namespace) -> int:
+    from veri.harness.debug import explain, read_records
+
+    decoder = None
+    if args.model is not None:
+        from transformers import AutoTokenizer
+
+        decoder = AutoTokenizer.from_pretrained(args.model)
+    status = 0
+    for path in args.files:
+        try:
+            records = read_records(path)
+        except (OSError, ValueError) as error:  # ValueError includes JSON errors
+            print(f"veri debug: {path}: {error}", file=sys.stderr)
+            status = 2
+            continue
+        for number, record in enumerate(records, 1):
+            try:
+                text = explain(record, decoder)
+            except ValueError as error:  # includes pydantic's ValidationError: a span veri cannot read
+                print(f"veri debug: {path} record {number}: {error}", file=sys.stderr)
+                status = 2
+                continue
+            print(f"== {path} record {number}")
+            print(text)
+    return status

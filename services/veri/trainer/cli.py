@@ -1,17 +1,50 @@
-"""`veri train` (train_cli.py), `veri validate CONFIG` and `veri debug FILE...` — train, check a job before
-it runs, explain a rollout after."""
+"""`veri train CONFIG [--resume]` — GRPO on harness rollouts, against a running policy server and proxy;
+`veri validate CONFIG` — every problem of a job config at once, before it runs.
+
+Ctrl-C or SIGTERM stops it (`interrupt`): the running step's sandboxes are removed, checkpoints stay,
+one line says how to continue, exit status 130.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import sys
 from pathlib import Path
 
-from veri.trainer import train_cli
+from veri.core import envs
+
+STOPPED_EXIT = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+# The command that resumes this job, when a wrapper knows it better (make train sets it).
+RESUME_COMMAND_ENV = "VERI_RESUME_COMMAND"
+
+DEFAULT_PROXY_URL = "http://127.0.0.1:8000"
+DEFAULT_POLICY_URL = "http://127.0.0.1:8001"
+DEFAULT_LAUNCHER_URL = "http://127.0.0.1:8002"
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    train_cli.register(commands)
+    train = commands.add_parser("train", help="train the policy with GRPO on harness rollouts (TRL)")
+    train.add_argument("config", type=Path, help="job file (.yaml or .toml)")
+    train.add_argument("--resume", action="store_true", help="continue the job from its last checkpoint")
+    train.add_argument("--name", default=None, help="job name: its folder under --output (default: the config's stem)")
+    train.add_argument("--output", type=Path, default=Path("build/jobs"), help="where job folders live")
+    train.add_argument("--proxy-url", default=os.environ.get(envs.VERI_PROXY_URL, DEFAULT_PROXY_URL),
+                       help=f"the capture proxy (default ${envs.VERI_PROXY_URL} or {DEFAULT_PROXY_URL})")
+    train.add_argument("--policy-url", default=os.environ.get(envs.VERI_POLICY_URL, DEFAULT_POLICY_URL),
+                       help=f"the policy server (default ${envs.VERI_POLICY_URL} or {DEFAULT_POLICY_URL})")
+    train.add_argument("--control-token", default=os.environ.get(envs.VERI_CONTROL_TOKEN),
+                       help=f"the proxy's control token (default ${envs.VERI_CONTROL_TOKEN})")
+    train.add_argument("--sandbox", choices=["docker", "launcher", "local"], default="docker",
+                       help="docker: gVisor sandboxes from this process; launcher: through the launcher service;"
+                            " local: plain subprocesses, for development only")
+    train.add_argument("--image", default=None, help="docker, launcher: the harness bundle's image")
+    train.add_argument("--launcher-url", default=os.environ.get(envs.VERI_LAUNCHER_URL, DEFAULT_LAUNCHER_URL),
+                       help=f"the launcher service (default ${envs.VERI_LAUNCHER_URL} or {DEFAULT_LAUNCHER_URL})")
+    train.add_argument("--base-dir", type=Path, default=None,
+                       help="where the config's relative paths start (default: the current directory)")
+    train.set_defaults(func=_train)
 
     validate = commands.add_parser("validate", help="check a job config: every problem at once, each with its fix")
     validate.add_argument("config", type=Path, help="job file (.yaml or .toml)")
@@ -20,11 +53,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     validate.add_argument("--base-dir", type=Path, default=None,
                           help="where relative paths start (default: the current directory)")
     validate.set_defaults(func=_validate)
-
-    debug = commands.add_parser("debug", help="explain which episode rule fired for each rollout, span by span")
-    debug.add_argument("files", nargs="+", type=Path, help="rollout records (.jsonl / .json)")
-    debug.add_argument("--model", type=Path, default=None, help="model folder: decode differing tokens to text")
-    debug.set_defaults(func=_debug)
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -43,29 +71,59 @@ def _validate(args: argparse.Namespace) -> int:
     return 1 if count else 0
 
 
-def _debug(args: argparse.Namespace) -> int:
-    from veri.trainer.debug import explain, read_records
+def _train(args: argparse.Namespace) -> int:
+    from veri.trainer.ui.interrupt import install_stop_handlers
 
-    decoder = None
-    if args.model is not None:
-        from transformers import AutoTokenizer
+    install_stop_handlers()
+    try:
+        return _run_train(args)
+    except KeyboardInterrupt:
+        print(stopped_message(args.output.resolve() / (args.name or args.config.stem), _resume_command(args)),
+              file=sys.stderr, flush=True)
+        return STOPPED_EXIT
 
-        decoder = AutoTokenizer.from_pretrained(args.model)
-    status = 0
-    for path in args.files:
-        try:
-            records = read_records(path)
-        except (OSError, ValueError) as error:  # ValueError includes JSON errors
-            print(f"veri debug: {path}: {error}", file=sys.stderr)
-            status = 2
-            continue
-        for number, record in enumerate(records, 1):
-            try:
-                text = explain(record, decoder)
-            except ValueError as error:  # includes pydantic's ValidationError: a span veri cannot read
-                print(f"veri debug: {path} record {number}: {error}", file=sys.stderr)
-                status = 2
-                continue
-            print(f"== {path} record {number}")
-            print(text)
-    return status
+
+def _run_train(args: argparse.Namespace) -> int:
+    from veri.core.config import load_config
+    from veri.core.problems import ProblemsError
+    from veri.proxy.control_client import ControlError
+    from veri.trainer.job import JobError, TrainOptions, run_job
+    from veri.trainer.rewards import check_reward_functions
+    from veri.trainer.weights.policy_admin import PolicyAdminError
+
+    try:
+        config = load_config(args.config, base_dir=args.base_dir, reward_check=check_reward_functions)
+    except ProblemsError as error:
+        print(error, file=sys.stderr)
+        return 1
+    options = TrainOptions(
+        proxy_url=args.proxy_url, policy_url=args.policy_url, output_root=args.output,
+        job_name=args.name or args.config.stem, sandbox=args.sandbox, image=args.image,
+        launcher_url=args.launcher_url, control_token=args.control_token, resume=args.resume,
+    )
+    try:
+        final = run_job(config, options)
+    except (JobError, ControlError, PolicyAdminError, ProblemsError) as error:
+        print(f"veri train: {error}", file=sys.stderr)
+        return 1
+    print(f"final model: {final}")
+    return 0
+
+
+def stopped_message(job_dir: Path, resume_command: str) -> str:
+    """One line: the step it stopped in, the checkpoint a resume starts from, the command."""
+    from veri.trainer.archive import checkpoint_step, latest_checkpoint, read_metrics
+
+    done = read_metrics(job_dir / "metrics.jsonl")
+    step = done[-1]["step"] + 1 if done else 0
+    checkpoint = latest_checkpoint(job_dir / "checkpoints")
+    kept = (f"checkpoint kept: {checkpoint} (resuming restarts at step {checkpoint_step(checkpoint)})"
+            if checkpoint else "no checkpoint yet (resuming starts over at step 0)")
+    return f"veri train: stopped in step {step}, its sandboxes removed; {kept}; continue with: {resume_command}"
+
+
+def _resume_command(args: argparse.Namespace) -> str:
+    if command := os.environ.get(RESUME_COMMAND_ENV):
+        return command
+    given = sys.argv[1:] if sys.argv[1:2] == ["train"] else ["train", str(args.config)]
+    return shlex.join(["veri", *given, *([] if args.resume else ["--resume"])])

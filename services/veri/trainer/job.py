@@ -1,6 +1,6 @@
 """One training job, start to end: the pieces built once, TRL's loop run, the final model saved.
 
-Folders, under <output_root>/<job_name>/ (the archive's own layout: `archive_layout`):
+Folders, under <output_root>/<job_name>/ (the archive's own layout: `archive.layout`):
     checkpoints/    TRL's output_dir: checkpoint-<N>/ to resume from
     weights/        hf only: the weights of the latest step, read by the policy server (same path there)
     outputs/        each rollout's VERI_OUTPUT_DIR (in-process sandboxes; the launcher service writes
@@ -22,19 +22,19 @@ from veri.core.config import Backend, JobConfig
 from veri.core.dataset import read_dataset
 from veri.proxy.control_client import ControlClient
 from veri.trainer.archive import JobArchive, latest_checkpoint, prepare_resume
-from veri.trainer.collect import GroupCollector, LaunchSettings
 from veri.trainer.gpu_stack import gpu_stack_problems
-from veri.trainer.grpo_setup import build_trainer, grpo_config_kwargs
-from veri.trainer.policy_admin import PolicyAdmin
-from veri.trainer.progress import StepMetricsCallback, StepProgress
-from veri.trainer.progress_bars import TrainingBars, use_bars
+from veri.trainer.grpo.rewards import trl_reward_funcs
+from veri.trainer.grpo.rollout_func import HarnessRollouts
+from veri.trainer.grpo.rows import MaskedRow
+from veri.trainer.grpo.setup import build_trainer, grpo_config_kwargs
 from veri.trainer.rewards import RewardScorer, load_reward_functions
-from veri.trainer.rollout_func import HarnessRollouts
-from veri.trainer.rows import MaskedRow
-from veri.trainer.runner import BackendRunner, RolloutRunner, launcher_runner, sandbox_backend
-from veri.trainer.sync import HfWeightSync, PolicyVersions
-from veri.trainer.tasks import trl_dataset
-from veri.trainer.trl_rewards import trl_reward_funcs
+from veri.trainer.rollouts.collect import GroupCollector, LaunchSettings
+from veri.trainer.rollouts.runner import BackendRunner, RolloutRunner, launcher_runner, sandbox_backend
+from veri.trainer.rollouts.tasks import trl_dataset
+from veri.trainer.ui.bars import TrainingBars, use_bars
+from veri.trainer.ui.progress import StepMetricsCallback, StepProgress
+from veri.trainer.weights.policy_admin import PolicyAdmin
+from veri.trainer.weights.sync import HfWeightSync, PolicyVersions
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
     if config.backend == Backend.HF:
         callbacks.append(HfWeightSync(PolicyAdmin(options.policy_url), folders.weights, versions,
                                       report=archive.log, timing=progress.timing))
-    callbacks.append(StepMetricsCallback(progress))  # after the sync: see `progress`
+    callbacks.append(StepMetricsCallback(progress))  # after the sync: see `ui.progress`
     reward_funcs, reward_weights = trl_reward_funcs(functions)
     with RewardScorer(functions, config.reward_timeout_s) as scorer:
         rollouts = HarnessRollouts(
@@ -170,7 +170,7 @@ def _line_up(archive: JobArchive, folders: JobFolders, resume: bool) -> Path | N
 
 
 def _save_final(trainer: Any, folder: Path) -> Path:
-    from veri.trainer.weights import save_final_model
+    from veri.trainer.weights.state import save_final_model
 
     return save_final_model(trainer.model, trainer.processing_class, folder)
 

@@ -7,7 +7,7 @@
                      `tool_mask`: loss mask = completion_mask * tool_mask (grpo_trainer.py `_generate`,
                      "Support custom env_mask from rollout_func"; `_compute_loss`)
     veri_rewards     per record, each reward function's value, or None for every function when the
-                     record is not trainable. TRL forwards extra keys to its reward functions (`trl_rewards`)
+                     record is not trainable. TRL forwards extra keys to its reward functions (`grpo.rewards`)
 
 A record that is not trainable (rejected by a rule, or unscored) is *masked*: it gets a one-token
 placeholder row whose env_mask is 0, so it adds nothing to the loss, and None from every reward

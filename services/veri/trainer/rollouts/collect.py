@@ -20,7 +20,7 @@ from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch, SandboxLi
 from veri.core.records import SessionInfo, Span
 from veri.core.rollouts import RolloutRecord
 from veri.proxy.control_client import ControlClient
-from veri.trainer.runner import RolloutRunner
+from veri.trainer.rollouts.runner import RolloutRunner
 
 LOG_TAIL_IN_VERDICT = 4000  # characters of stderr / stdout kept in a failed rollout's verdict
 

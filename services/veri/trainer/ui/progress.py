@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from veri.core.rollouts import RolloutRecord
-from veri.trainer.archive_metrics import step_metrics
+from veri.trainer.archive.metrics import step_metrics
 
 TRL_PREFIX = "train/"
 
@@ -40,7 +40,7 @@ class StepRecord:
 
 
 class ProgressDisplay(Protocol):
-    """Where a user watches the run (`progress_bars.TrainingBars`)."""
+    """Where a user watches the run (`ui.bars.TrainingBars`)."""
 
     def print(self, line: str) -> None: ...
 

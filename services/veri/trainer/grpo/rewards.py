@@ -1,6 +1,6 @@
 """The reward functions TRL calls: one per job reward function, returning what veri already scored.
 
-veri scores each rollout itself (`rewards.RewardScorer`: per-call timeouts, verdicts, the trajectory
+veri scores each rollout itself (`rewards.scoring.RewardScorer`: per-call timeouts, verdicts, the trajectory
 and output folder as inputs) inside the rollout function; the values reach TRL through the
 `veri_rewards` extra field (`rows.REWARDS_FIELD`). Handing TRL one function per job function, with
 the job's weights as `reward_weights`, keeps TRL's per-function metrics (`rewards/<name>/mean`) and
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from veri.trainer.grpo.rows import REWARDS_FIELD
 from veri.trainer.rewards import RewardFunction
-from veri.trainer.rows import REWARDS_FIELD
 
 
 def scored_reward(name: str) -> Callable[..., list[float | None]]:

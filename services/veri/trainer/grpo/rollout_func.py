@@ -3,14 +3,14 @@
     rollouts(prompts, trainer) -> {"prompt_ids", "completion_ids", "logprobs", "env_mask", "veri_rewards"}
 
 TRL 1.16 calls it once per generation batch with the batch's prompts, each task key repeated
-num_generations times in a row (`tasks`), and wants one completion per prompt, in order. Here:
+num_generations times in a row (`rollouts.tasks`), and wants one completion per prompt, in order. Here:
   1. (vLLM) announce policy version = global_step to the proxy: TRL has just synced the weights;
-  2. every group runs at once (`collect.GroupCollector`), at most max_parallel_rollouts sandboxes
+  2. every group runs at once (`rollouts.collect.GroupCollector`), at most max_parallel_rollouts sandboxes
      over the batch; Ctrl-C / SIGTERM cancels them, which removes every sandbox, and then raises
-     KeyboardInterrupt (`interrupt.run_until_stopped`): nothing of the step is archived;
-  3. each record that no rule rejected is scored (`rewards.RewardScorer`, all at once);
+     KeyboardInterrupt (`ui.interrupt.run_until_stopped`): nothing of the step is archived;
+  3. each record that no rule rejected is scored (`rewards.scoring.RewardScorer`, all at once);
   4. every record is written to the archive under step = global_step, before any training on it;
-  5. the step's records and timings go to `progress` (metrics once the optimizer step is done);
+  5. the step's records and timings go to `ui.progress` (metrics once the optimizer step is done);
   6. the records become TRL's rows (`rows.rollout_output`: masked records add nothing to the loss
      and leave their group's advantages alone).
 """
@@ -26,13 +26,13 @@ from typing import Any, Protocol
 from veri.core.rollouts import RolloutRecord
 from veri.launcher.group import gather_to_the_end
 from veri.proxy.control_client import ControlClient
-from veri.trainer.collect import CollectedRollout, GroupCollector
-from veri.trainer.interrupt import run_until_stopped
-from veri.trainer.progress import StepProgress
+from veri.trainer.grpo.rows import MaskedRow, rollout_output
 from veri.trainer.rewards import RewardInputs, RewardScorer
-from veri.trainer.rows import MaskedRow, rollout_output
-from veri.trainer.sync import PolicyVersions, announce_version
-from veri.trainer.tasks import TaskGroup, task_groups
+from veri.trainer.rollouts.collect import CollectedRollout, GroupCollector
+from veri.trainer.rollouts.tasks import TaskGroup, task_groups
+from veri.trainer.ui.interrupt import run_until_stopped
+from veri.trainer.ui.progress import StepProgress
+from veri.trainer.weights.sync import PolicyVersions, announce_version
 
 
 class RolloutArchive(Protocol):

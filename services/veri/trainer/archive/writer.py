@@ -1,7 +1,7 @@
 """The job archive: every rollout record, per-step metrics and logs of one job, faceted by policy step.
 
-Files are the source of truth (layout and write rules: `archive_layout`); index.sqlite serves the
-console and is rebuilt from the files whenever it is missing, damaged or behind (`archive_index`).
+Files are the source of truth (layout and write rules: `layout`); index.sqlite serves the
+console and is rebuilt from the files whenever it is missing, damaged or behind (`index`).
 
 Steps. Archive step N holds the rollouts sampled by policy version N, i.e. at TRL `state.global_step`
 N, which the optimizer step N -> N+1 trains on. A step is *complete* once its metrics line is in
@@ -37,31 +37,11 @@ from pathlib import Path
 from typing import Any, Self
 
 from veri.core.rollouts import RolloutRecord
-from veri.trainer.archive_index import (
-    ArchiveIndex,
-    IndexReport,
-    IndexWriter,
-    index_row,
-    read_rollout,
-    rebuild_index,
-)
-from veri.trainer.archive_layout import (
-    ArchiveLayout,
-    append_line,
-    atomic_write,
-    cut_partial_tail,
-    read_metrics,
-)
-from veri.trainer.archive_metrics import MetricSinks, step_metrics
-
-__all__ = [
-    "ArchiveInUse", "ArchiveIndex", "ArchiveLayout", "IndexReport", "JobArchive", "checkpoint_step",
-    "latest_checkpoint", "prepare_resume", "read_metrics", "read_rollout", "rebuild_index", "step_metrics",
-]
+from veri.trainer.archive.index import ArchiveIndex, IndexWriter, index_row
+from veri.trainer.archive.layout import ArchiveLayout, append_line, atomic_write, cut_partial_tail, read_metrics
+from veri.trainer.archive.metrics import MetricSinks
 
 JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
-TRAINER_STATE = "trainer_state.json"
 
 
 class ArchiveInUse(RuntimeError):
@@ -250,50 +230,6 @@ class JobArchive:
         if self._reader is None:
             self._reader = ArchiveIndex(self.dir)
         return self._reader
-
-
-def latest_checkpoint(output_dir: Path) -> Path | None:
-    """The highest output_dir/checkpoint-<N> that is complete (has a readable trainer_state.json)."""
-    output_dir = Path(output_dir)
-    if not output_dir.is_dir():
-        return None
-    found = [(CHECKPOINT_DIR.match(p.name), p) for p in output_dir.iterdir() if p.is_dir()]
-    for _, folder in sorted(((int(m.group(1)), p) for m, p in found if m), reverse=True):
-        if _trainer_state(folder) is not None:
-            return folder
-    return None
-
-
-def checkpoint_step(checkpoint: Path) -> int:
-    """The global_step a checkpoint was saved at (trainer_state.json, else the folder's number)."""
-    state = _trainer_state(Path(checkpoint)) or {}
-    step = state.get("global_step")
-    if isinstance(step, int):
-        return step
-    match = CHECKPOINT_DIR.match(Path(checkpoint).name)
-    if not match:
-        raise ValueError(f"{checkpoint} is not a checkpoint-<N> folder")
-    return int(match.group(1))
-
-
-def prepare_resume(archive: JobArchive, output_dir: Path) -> Path | None:
-    """Line the archive up with the latest complete checkpoint; returns it (None: start from step 0).
-
-    Pass the result to `trainer.train(resume_from_checkpoint=...)` (as str, or None)."""
-    checkpoint = latest_checkpoint(output_dir)
-    step = checkpoint_step(checkpoint) if checkpoint else 0
-    discarded = archive.discard_incomplete_steps(after=step - 1)
-    where = f"checkpoint {checkpoint}" if checkpoint else "no checkpoint: starting over"
-    archive.log(f"resume from {where}; next step {step}; steps set aside: {discarded or 'none'}")
-    return checkpoint
-
-
-def _trainer_state(folder: Path) -> dict[str, Any] | None:
-    try:
-        state = json.loads((folder / TRAINER_STATE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return state if isinstance(state, dict) else None
 
 
 def _finite(value: Any) -> float | int | None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from veri.core.rollouts import RolloutRecord
-from veri.trainer.archive_layout import ArchiveLayout, read_metrics
+from veri.trainer.archive.layout import ArchiveLayout, read_metrics
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 10_000

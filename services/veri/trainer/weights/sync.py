@@ -30,8 +30,8 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from veri.proxy.control_client import ControlClient
-from veri.trainer.policy_admin import PolicyAdmin
-from veri.trainer.weights import policy_state_dict, write_weights
+from veri.trainer.weights.policy_admin import PolicyAdmin
+from veri.trainer.weights.state import policy_state_dict, write_weights
 
 
 @dataclass

@@ -1,0 +1,19 @@
+"""The job archive: every rollout record, per-step metrics and logs of one job, faceted by policy step.
+
+    layout.py   where the files are, and the crash-safe ways they are written and read
+    writer.py   `JobArchive`, the trainer's one writer per job (steps, resume)
+    index.py    index.sqlite, the console's index, rebuilt from the files
+    metrics.py  a step's metrics from its rollouts; TensorBoard / W&B sinks
+    resume.py   checkpoints: the one to resume from, and lining the archive up with it
+"""
+
+from veri.trainer.archive.index import ArchiveIndex, IndexReport, read_rollout, rebuild_index
+from veri.trainer.archive.layout import ArchiveLayout, read_metrics
+from veri.trainer.archive.metrics import step_metrics
+from veri.trainer.archive.resume import checkpoint_step, latest_checkpoint, prepare_resume
+from veri.trainer.archive.writer import ArchiveInUse, JobArchive
+
+__all__ = [
+    "ArchiveInUse", "ArchiveIndex", "ArchiveLayout", "IndexReport", "JobArchive", "checkpoint_step",
+    "latest_checkpoint", "prepare_resume", "read_metrics", "read_rollout", "rebuild_index", "step_metrics",
+]
