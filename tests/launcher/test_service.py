@@ -53,7 +53,7 @@ def test_token_required_when_configured(tmp_path):
 
 def test_unreachable_launcher_is_a_failed_result_per_rollout(tmp_path):
     ok = bundle(tmp_path, "ok", "print('x')\n")
-    client = LauncherClient(f"http://127.0.0.1:{free_port()}", connect_retry_s=0)
+    client = LauncherClient(f"http://127.0.0.1:{free_port()}", connect_retries=0)
     results = asyncio.run(client.run_group(GroupLaunch(launches=[launch(ok, "a"), launch(ok, "b")])))
     assert [r.status for r in results] == ["failed", "failed"]
     assert all("unreachable" in r.infrastructure_error for r in results)

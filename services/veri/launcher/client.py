@@ -7,52 +7,48 @@ keeps such rollouts out of the advantages)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
+from typing import Any
 
 import httpx
 
 from veri.core.episodes import RolloutStatus
+from veri.core.http import AsyncJsonClient, HttpCallError
 from veri.core.launch import GroupLaunch, LaunchResult
+
+# While the launcher (re)starts its port refuses connections: httpx's transport retries those
+# (backoff 0, 0.5, 1, 2, 4, 8, 16 s: about 30 s in all), never a request the launcher received.
+CONNECT_RETRIES = 7
+# No read timeout: a group takes as long as its slowest rollout (each one has its own timeout).
+GROUP_TIMEOUT = httpx.Timeout(connect=10, read=None, write=60, pool=None)
 
 
 class LauncherClient:
     def __init__(self, base_url: str, *, token: str | None = None, subdir: str | None = None,
-                 connect_retry_s: float = 30.0) -> None:
+                 connect_retries: int = CONNECT_RETRIES) -> None:
         """`subdir`: output folders land in <launcher output_root>/<subdir>/<rollout_id>."""
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.subdir = subdir
-        self.connect_retry_s = connect_retry_s
+        self.connect_retries = connect_retries
 
-    async def health(self) -> dict:
-        async with httpx.AsyncClient(timeout=10) as client:
-            reply = await client.get(f"{self.base_url}/health")
-            reply.raise_for_status()
-            return reply.json()
+    def _client(self, timeout: httpx.Timeout | float, retries: int) -> AsyncJsonClient:
+        return AsyncJsonClient(self.base_url, service="launcher", token=self.token, timeout_s=timeout,
+                               retries=retries, unreachable_fix="start it first (make up), or pass --launcher-url")
+
+    async def health(self) -> dict[str, Any]:
+        async with self._client(10, 0) as client:
+            return await client.call("GET", "/health")
 
     async def run_group(self, group: GroupLaunch) -> list[LaunchResult]:
         started = time.time()
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        params = {"subdir": self.subdir} if self.subdir else {}
-        deadline = time.monotonic() + self.connect_retry_s
-        # No read timeout: a group takes as long as its slowest rollout (each one has its own timeout).
-        timeout = httpx.Timeout(connect=10, read=None, write=60, pool=None)
-        async with httpx.AsyncClient(timeout=timeout) as client:
-            while True:
-                try:
-                    reply = await client.post(f"{self.base_url}/v1/groups", content=group.model_dump_json(),
-                                              params=params, headers={"content-type": "application/json", **headers})
-                    break
-                except httpx.ConnectError as exc:  # the launcher is (re)starting: retry for a while
-                    if time.monotonic() > deadline:
-                        return _failed(group, f"launcher unreachable at {self.base_url}: {exc}", started)
-                    await asyncio.sleep(1.0)
-                except httpx.HTTPError as exc:
-                    return _failed(group, f"launcher request failed: {type(exc).__name__}: {exc}", started)
-        if reply.status_code != 200:
-            return _failed(group, f"launcher answered {reply.status_code}: {reply.text[:500]}", started)
-        results = [LaunchResult.model_validate(item) for item in reply.json()]
+        params = {"subdir": self.subdir} if self.subdir else None
+        try:
+            async with self._client(GROUP_TIMEOUT, self.connect_retries) as client:
+                answer = await client.call("POST", "/v1/groups", json=group, params=params)
+        except HttpCallError as error:
+            return _failed(group, str(error), started)
+        results = [LaunchResult.model_validate(item) for item in answer]
         by_id = {result.rollout_id: result for result in results}
         return [by_id.get(launch.rollout_id) or _failed_one(launch.rollout_id, "missing from the launcher's answer",
                                                             started) for launch in group.launches]

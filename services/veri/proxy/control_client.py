@@ -1,25 +1,25 @@
-"""Synchronous client for the proxy's control routes (used by `veri session` and the trainer)."""
+"""Synchronous client for the proxy's control routes (used by `veri session` and the trainer): typed
+calls over veri.core.http.JsonClient."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
+from veri.core.http import HttpCallError, JsonClient
 from veri.core.records import SessionCreate, SessionInfo, Span
 
 
-class ControlError(RuntimeError):
-    pass
+class ControlError(HttpCallError):
+    """The proxy refused or missed a control call (see veri.core.http for the message)."""
 
 
 class ControlClient:
     def __init__(self, base_url: str, *, token: str | None = None, timeout_s: float = 30.0):
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
         # No keep-alive: control calls are few, and a reused connection the server is just closing
         # fails a POST that must not be retried blindly (it would open a second session).
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s,
-                                  limits=httpx.Limits(max_keepalive_connections=0))
+        self._json = JsonClient(base_url, service="capture proxy", token=token, timeout_s=timeout_s,
+                                keepalive=False, error=ControlError,
+                                unreachable_fix="start it first (make up), or pass its URL: --proxy-url")
 
     def open_session(self, rollout_id: str | None = None, metadata: dict[str, Any] | None = None) -> SessionInfo:
         body = SessionCreate(rollout_id=rollout_id, metadata=metadata or {}).model_dump(exclude_none=True)
@@ -34,11 +34,5 @@ class ControlClient:
     def set_policy_version(self, version: int) -> None:
         self._call("PUT", "/control/policy_version", json={"version": version})
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            reply = self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise ControlError(f"proxy at {self._http.base_url} unreachable: {exc}") from exc
-        if reply.status_code != 200:
-            raise ControlError(f"{method} {path} -> {reply.status_code}: {reply.text[:500]}")
-        return reply.json()
+    def _call(self, method: str, path: str, json: Any = None) -> Any:
+        return self._json.call(method, path, json=json)
