@@ -1,6 +1,20 @@
 """Stands in for `vllm serve` where vLLM cannot run (no GPU): answers `/v1/completions` instantly
-with fixed token ids, in vLLM's shape. The overhead bench uses it so only the proxy is measured;
-tests use it (with --no-version, as vLLM reports none) for the trainer-set policy version."""
+with fixed token ids, in vLLM 0.31's shape. The overhead bench uses it so only the proxy is measured;
+tests use it (with --no-version, as vLLM reports none) for the trainer-set policy version, and for
+the replies and routing the proxy must handle:
+
+  PUT /standin/reply     {"finish_reason": "stop"|"length"|"repetition"|"abort"|"error",
+                          "logprobs": "ok"|"null"|"null_entry", "times": N}
+                         sets the shape of the next N replies (then back to stop/ok; no times: until reset)
+  GET /standin/requests  with --record: every completion request so far, {"rank": its
+                         X-data-parallel-rank or None, "prompt": ids}
+  --prefix-cache BLOCK   report `usage.prompt_tokens_details.cached_tokens` as vLLM does with
+                         --enable-prompt-tokens-details: the longest prefix (in whole blocks, never the
+                         whole prompt) shared with a sequence this rank served before
+
+Any other path answers 200 (so `/health` works). With no options and no PUT the reply is prebuilt
+and nothing is recorded, so the bench measures the proxy, not this.
+"""
 
 from __future__ import annotations
 
@@ -9,32 +23,94 @@ import json
 
 import uvicorn
 
+RANK_HEADER = b"x-data-parallel-rank"
 
-def create_app(reply_ids: list[int], *, report_version: bool = True):
-    body = {
-        "id": "cmpl-bench", "object": "text_completion", "created": 0, "model": "bench",
-        "choices": [{"index": 0, "text": "", "token_ids": reply_ids, "prompt_token_ids": None,
-                     "logprobs": {"token_logprobs": [-0.5] * len(reply_ids)}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 0, "completion_tokens": len(reply_ids), "total_tokens": len(reply_ids)},
-    }
-    if report_version:
-        body["policy_version"] = 0
-    payload = json.dumps(body).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
 
-    async def app(scope, receive, send):
+class Standin:
+    def __init__(self, reply_ids: list[int], *, report_version: bool = True, prefix_block: int = 0,
+                 record: bool = False):
+        self.reply_ids = reply_ids
+        self.report_version = report_version
+        self.prefix_block = prefix_block
+        self.shape: dict = {}
+        self.shape_left: int | None = None
+        self.requests: list[dict] = []
+        self.served: dict[int | None, list[list[int]]] = {}  # rank -> sequences in its "prefix cache"
+        self.prebuilt = None if prefix_block or record else json.dumps(self.reply({})).encode()
+
+    def reply(self, shape: dict, prompt: list[int] | None = None, cached: int | None = None) -> dict:
+        ids = self.reply_ids
+        logprobs = {"null": None, "null_entry": {"token_logprobs": [None] + [-0.5] * (len(ids) - 1)}}.get(
+            shape.get("logprobs", "ok"), {"token_logprobs": [-0.5] * len(ids)})
+        usage = {"prompt_tokens": len(prompt or []), "completion_tokens": len(ids),
+                 "total_tokens": len(prompt or []) + len(ids)}
+        if cached is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
+        body = {
+            "id": "cmpl-bench", "object": "text_completion", "created": 0, "model": "bench",
+            "choices": [{"index": 0, "text": "", "token_ids": ids, "prompt_token_ids": None, "logprobs": logprobs,
+                         "finish_reason": shape.get("finish_reason", "stop"), "stop_reason": None}],
+            "usage": usage,
+        }
+        if self.report_version:
+            body["policy_version"] = 0
+        return body
+
+    def complete(self, request: dict, rank: int | None) -> bytes:
+        if self.prebuilt is not None and not self.shape:
+            return self.prebuilt
+        prompt = request["prompt"]
+        self.requests.append({"rank": rank, "prompt": prompt})
+        cached = self._cached(prompt, rank) if self.prefix_block else None
+        shape = self.shape
+        if self.shape_left is not None:
+            self.shape_left -= 1
+            if self.shape_left <= 0:
+                self.shape, self.shape_left = {}, None
+        return json.dumps(self.reply(shape, prompt, cached)).encode()
+
+    def _cached(self, prompt: list[int], rank: int | None) -> int:
+        served = self.served.setdefault(rank, [])
+        longest = 0
+        for sequence in served:
+            limit = min(len(sequence), len(prompt) - 1)
+            shared = next((i for i in range(limit) if sequence[i] != prompt[i]), limit)
+            longest = max(longest, shared)
+        served.append(prompt + self.reply_ids)
+        return longest // self.prefix_block * self.prefix_block
+
+    async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":
             while (await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
             return
-        more = True
+        body, more = b"", True
         while more:
-            more = (await receive()).get("more_body", False)
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        path, method = scope["path"], scope["method"]
+        if path == "/standin/reply" and method == "PUT":
+            shape = json.loads(body)
+            self.shape_left = shape.pop("times", None)
+            self.shape = shape
+            payload = b"{}"
+        elif path == "/standin/requests":
+            payload = json.dumps(self.requests).encode()
+        elif path == "/v1/completions":
+            rank = dict(scope["headers"]).get(RANK_HEADER)
+            payload = self.complete(json.loads(body), int(rank) if rank is not None else None)
+        else:
+            payload = b"{}"
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
 
-    return app
+
+def create_app(reply_ids: list[int], *, report_version: bool = True, prefix_block: int = 0,
+               record: bool = False) -> Standin:
+    return Standin(reply_ids, report_version=report_version, prefix_block=prefix_block, record=record)
 
 
 if __name__ == "__main__":
@@ -42,6 +118,10 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--reply-ids", required=True, help="JSON list of token ids")
     parser.add_argument("--no-version", action="store_true", help="omit policy_version, as vLLM does")
+    parser.add_argument("--prefix-cache", type=int, default=0, metavar="BLOCK",
+                        help="report cached prompt tokens, vLLM-style, with this block size")
+    parser.add_argument("--record", action="store_true", help="keep every request for GET /standin/requests")
     args = parser.parse_args()
-    app = create_app(json.loads(args.reply_ids), report_version=not args.no_version)
+    app = create_app(json.loads(args.reply_ids), report_version=not args.no_version, prefix_block=args.prefix_cache,
+                     record=args.record)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")

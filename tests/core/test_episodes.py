@@ -95,7 +95,6 @@ def test_a_shorter_prompt_reports_where_it_ends():
     [
         (make_span(1, [], [], fidelity=TokenFidelity.ABSENT), "token_fidelity is 'absent'"),
         (make_span(1, [1, 2, 3, 10, 11, 99, 7], [], logprobs=[]), "no completion_token_ids"),
-        (make_span(1, [1, 2, 3, 10, 11, 99, 7], [8, 9], logprobs=[-1.0]), "1 completion_logprobs for 2"),
     ],
 )
 def test_a_span_without_ids_rejects_the_rollout(span, why):
@@ -104,6 +103,23 @@ def test_a_span_without_ids_rejects_the_rollout(span, why):
     assert verdict.rule == Rule.TOKEN_IDS_ABSENT and verdict.effect == Effect.REJECT and verdict.span == 1
     assert why in verdict.message
     assert episode.rejected and episode.row is None
+
+
+@pytest.mark.parametrize(
+    ("span", "why"),
+    [
+        (make_span(1, [1, 2, 3, 10, 11, 99, 7], [8, 9], logprobs=[-1.0]), "1 completion_logprobs for 2"),
+        (make_span(1, [1, 2, 3, 10, 11, 99, 7], [8, 9], logprobs=[]).model_copy(update={"logprobs_absent": True}),
+         "the policy server returned no logprobs"),
+    ],
+)
+def test_a_span_without_logprobs_rejects_the_rollout(span, why):
+    episode = build_episode([bridged_chain()[0], span])
+    (verdict,) = episode.verdicts
+    assert verdict.rule == Rule.LOGPROBS_ABSENT and verdict.effect == Effect.REJECT and verdict.span == 1
+    assert why in verdict.message and "--logprobs-mode processed_logprobs" in verdict.fix
+    # Its ids still place it: it extends span 0, so the chain is recorded, but no row is trained.
+    assert episode.chain == [0, 1] and episode.rejected and episode.row is None
 
 
 def test_no_spans_rejects():

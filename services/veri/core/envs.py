@@ -20,6 +20,8 @@ SLURM_JOB_NUM_NODES = "SLURM_JOB_NUM_NODES"  # set inside a SLURM allocation: mo
 VERI_ROLLOUTS_NETWORK = "VERI_ROLLOUTS_NETWORK"  # docker network of proxy, webfixture and sandboxes
 VERI_STATE_DIR = "VERI_STATE_DIR"  # host folder of the stack's state (control token, spans, outputs)
 VERI_POLICY_SCRIPTED_REPLIES = "VERI_POLICY_SCRIPTED_REPLIES"  # test-only teacher-forced replies (policy)
+VERI_POLICY_URLS = "VERI_POLICY_URLS"  # the policy servers the proxy pins rollouts to, comma-separated (veri stack-env)
+VERI_POLICY_DP_RANKS = "VERI_POLICY_DP_RANKS"  # vLLM --data-parallel-size of that one server (GPU), else 1
 VERI_CHAT_TEMPLATE_KWARGS = "VERI_CHAT_TEMPLATE_KWARGS"  # the job's chat_template_kwargs (JSON) for the proxy (veri stack-env)
 
 # --- the harness contract: set inside every rollout sandbox ---------------------------------

@@ -21,6 +21,8 @@ Every rule has a name, an effect and a fix (`RULES`); every verdict lands in the
 Two choices worth knowing:
   - a span without ids *anywhere* rejects the rollout (`token_ids_absent`), not only one on the chain:
     without its tokens nobody can tell whether it was a link of the chain;
+  - a span with ids but without logprobs (`logprobs_absent`: the policy returned none, a null among
+    them, or fewer than its tokens) rejects the rollout too; its ids still place it on or off the chain;
   - a truncated rollout (killed at harness_timeout_s) is rejected, not kept: see `_status_verdicts`.
 A rejected rollout keeps its row when one can be built (for the record and `veri debug`); only
 `Episode.rejected` / `RolloutRecord.trainable` say whether it may be trained on.
@@ -41,6 +43,7 @@ from veri.core.records import TokenFidelity
 class Rule(StrEnum):
     NO_SPANS = "no_spans"
     TOKEN_IDS_ABSENT = "token_ids_absent"
+    LOGPROBS_ABSENT = "logprobs_absent"
     HARNESS_FAILED = "harness_failed"
     HARNESS_TIMEOUT = "harness_timeout"
     HISTORY_REWRITTEN = "history_rewritten"
@@ -73,6 +76,14 @@ RULES: dict[Rule, RuleSpec] = {
         " verified)",
         "serve the policy with a backend that returns token ids and logprobs (vllm, hf) and send every call"
         " through the capture proxy",
+    ),
+    Rule.LOGPROBS_ABSENT: RuleSpec(
+        Effect.REJECT,
+        "a span has token ids but no logprobs for its completion, so the rollout cannot be trained on (GRPO"
+        " needs the sampling logprobs)",
+        "the policy server returned no logprobs: run vLLM with --logprobs-mode processed_logprobs --max-logprobs -1"
+        " as veri's policy image does (or use the hf backend), and keep any gateway in front of it from"
+        " dropping `logprobs`",
     ),
     Rule.HARNESS_FAILED: RuleSpec(
         Effect.REJECT,
@@ -144,6 +155,7 @@ class EpisodeSpan(BaseModel):
     prompt_token_ids: list[int] = Field(default_factory=list)
     completion_token_ids: list[int] = Field(default_factory=list)
     completion_logprobs: list[float] = Field(default_factory=list)
+    logprobs_absent: bool = False
     token_fidelity: TokenFidelity = TokenFidelity.CAPTURED
     policy_version: int | None = None
     prompt_source: str | None = None
@@ -164,6 +176,12 @@ class EpisodeSpan(BaseModel):
             return "no prompt_token_ids"
         if not self.completion_token_ids:
             return "no completion_token_ids"
+        return ""
+
+    def missing_logprobs(self) -> str:
+        """Why this span's logprobs cannot be trained on ('' when they can)."""
+        if self.logprobs_absent:
+            return "the policy server returned no logprobs for it"
         if len(self.completion_logprobs) != len(self.completion_token_ids):
             return (
                 f"{len(self.completion_logprobs)} completion_logprobs for"
@@ -230,6 +248,10 @@ def build_episode(
         message = f"span {span.request_index} cannot be trained on: {why}"
         verdicts.append(Verdict.of(Rule.TOKEN_IDS_ABSENT, message, span=span.request_index))
     present = [span for span in ordered if not span.missing_ids()]
+    no_logprobs = [(span, span.missing_logprobs()) for span in present if span.missing_logprobs()]
+    for span, why in no_logprobs:
+        message = f"span {span.request_index} cannot be trained on: {why}"
+        verdicts.append(Verdict.of(Rule.LOGPROBS_ABSENT, message, span=span.request_index))
     chain = _longest_chain(present) if present else []
     in_chain = {span.request_index for span in chain}
     dropped = [span for span in present if span.request_index not in in_chain]
@@ -239,7 +261,7 @@ def build_episode(
         chain=[span.request_index for span in chain],
         dropped=[span.request_index for span in dropped],
         policy_versions=sorted({s.policy_version for s in chain if s.policy_version is not None}),
-        row=None if absent or not chain else _row(chain),
+        row=None if absent or no_logprobs or not chain else _row(chain),
         verdicts=verdicts,
     )
 

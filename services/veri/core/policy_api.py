@@ -3,6 +3,15 @@
 The capture proxy speaks exactly this to the policy, whichever backend serves it: `vllm serve`
 on GPUs, or veri's embedded `hf` backend on CPU. Field names are vLLM's. `policy_version` is
 veri's addition (the hf backend returns it; for vLLM the trainer tracks it).
+
+What vLLM 0.31 may send back (vllm/v1/engine/__init__.py `FinishReason`, entrypoints/openai/completion/):
+  - `finish_reason`: stop | length | abort (the engine aborted the request: a client disconnect,
+    `pause_generation(mode="abort")` around a weight sync, a shutdown) | repetition (a repetitive
+    pattern was detected and generation cut) | error (vLLM turns this into a 500 itself, never a 200);
+  - `logprobs`: null when the request asked none; a `token_logprobs` entry is null where the engine
+    returned no logprob for that token;
+  - `usage.prompt_tokens_details.cached_tokens`: prompt tokens served from the prefix cache, only when
+    the server runs with `--enable-prompt-tokens-details`.
 """
 
 from __future__ import annotations
@@ -34,8 +43,8 @@ class CompletionLogprobs(BaseModel):
     """OpenAI completions-style logprobs (vLLM fills `tokens` as `token_id:<id>` when asked)."""
 
     tokens: list[str] = Field(default_factory=list)
-    token_logprobs: list[float] = Field(default_factory=list)
-    top_logprobs: list[dict[str, float]] | None = None
+    token_logprobs: list[float | None] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] | None = None
     text_offset: list[int] = Field(default_factory=list)
 
 
@@ -45,14 +54,21 @@ class CompletionChoice(BaseModel):
     token_ids: list[int] | None = None
     prompt_token_ids: list[int] | None = None
     logprobs: CompletionLogprobs | None = None
-    finish_reason: Literal["stop", "length"]
+    finish_reason: str | None = Field(description="stop | length | abort | repetition (vLLM); see the docstring")
     stop_reason: int | str | None = None
+
+
+class PromptTokensDetails(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    cached_tokens: int | None = Field(default=None, description="prompt tokens that hit the prefix cache")
 
 
 class CompletionUsage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
 
 
 class CompletionResponse(BaseModel):

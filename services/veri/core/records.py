@@ -1,4 +1,4 @@
-"""Records every veri service shares: spans, sessions. The one place these shapes are defined.
+"""Records every veri service shares: spans, sessions, policy replicas. The one place these shapes are defined.
 
 A *span* is one model call a harness made through the capture proxy. It is written durably
 before the response goes back to the harness, so nothing the policy sampled is ever lost.
@@ -50,9 +50,18 @@ class Span(BaseModel):
     )
     prompt_token_ids: list[int]
     completion_token_ids: list[int]
-    completion_logprobs: list[float]
-    finish_reason: str = Field(description="policy finish reason: stop | length")
+    completion_logprobs: list[float] = Field(description="one per completion token; [] when logprobs_absent")
+    logprobs_absent: bool = Field(
+        default=False, description="the policy returned no logprobs (or a null among them): not trainable"
+    )
+    finish_reason: str = Field(description="the policy's finish reason as sent: stop | length | repetition")
     policy_version: int
+    replica: int | None = Field(
+        default=None, description="index of the policy replica that served it (GET /control/replicas)"
+    )
+    cached_prompt_tokens: int | None = Field(
+        default=None, description="prompt tokens the policy served from its prefix cache (None: not reported)"
+    )
     prompt_source: PromptSource
     prompt_source_reason: str = Field(description="why this prompt source was used")
     bridged_from: int | None = Field(
@@ -87,3 +96,22 @@ class SessionInfo(BaseModel):
     anthropic_base_url: str
     status: SessionStatus = SessionStatus.OPEN
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ReplicaStats(BaseModel):
+    """One policy replica as the proxy sees it (GET /control/replicas)."""
+
+    replica: int = Field(description="the index spans record")
+    url: str
+    rank: int | None = Field(
+        description="vLLM data-parallel rank it pins (X-data-parallel-rank); None: the server's only engine"
+    )
+    sessions: int = Field(description="sessions pinned to it, open or closed")
+    open_sessions: int
+    requests: int = Field(description="model calls it answered that became spans")
+    prompt_tokens: int
+    cached_prompt_tokens: int | None = Field(
+        description="prefix-cache hits over the calls that reported them (None: none did; vLLM reports them"
+        " with --enable-prompt-tokens-details)"
+    )
+    hit_rate: float | None = Field(description="cached / prompt tokens over the calls that reported cached tokens")

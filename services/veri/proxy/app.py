@@ -6,6 +6,7 @@ import argparse
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import orjson
 import structlog
@@ -19,8 +20,8 @@ from veri.proxy.control.api_router import router as control_router
 from veri.proxy.deps import json_response
 from veri.proxy.errors import ProxyError, anthropic_error_body, openai_error_body
 from veri.proxy.openai.api_router import router as openai_router
-from veri.proxy.policy_client import PolicyClient
 from veri.proxy.rendering import ChatRendering, model_name
+from veri.proxy.replicas import PolicyReplicas, plan_replicas
 from veri.proxy.settings import ProxySettings
 from veri.proxy.store import SpanStore
 
@@ -35,11 +36,14 @@ def create_app(settings: ProxySettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = SpanStore(settings.store_dir)
-        policy = PolicyClient(settings.policy_url, model=settings.served_model_name, timeout_s=settings.policy_timeout_s)
+        replicas = plan_replicas(settings.replica_urls, settings.data_parallel_size)
+        store.set_replicas(replicas)
+        policy = PolicyReplicas(replicas, model=settings.served_model_name, timeout_s=settings.policy_timeout_s)
         await policy.start()
         app.state.model_name = model_name(settings)
         app.state.capture = CaptureService(settings, store, ChatRendering(settings), policy)
-        log.info("proxy ready", policy=settings.policy_url, store=str(store.path), model=app.state.model_name)
+        log.info("proxy ready", policy=settings.replica_urls, replicas=len(replicas), store=str(store.path),
+                 model=app.state.model_name)
         yield
         await policy.aclose()
         store.close()
@@ -66,7 +70,8 @@ def create_app(settings: ProxySettings) -> FastAPI:
 
 def settings_from_args(args: argparse.Namespace) -> ProxySettings:
     return ProxySettings(
-        policy_url=args.policy_url,
+        **policy_urls(args.policy_url),
+        data_parallel_size=args.data_parallel_size,
         model_dir=args.model,
         renderer=args.renderer,
         served_model_name=args.served_model_name,
@@ -81,6 +86,12 @@ def settings_from_args(args: argparse.Namespace) -> ProxySettings:
     )
 
 
+def policy_urls(values: list[str]) -> dict[str, Any]:
+    """`--policy-url` as given (repeated and/or comma-separated) -> policy_url or policy_urls."""
+    urls = [url.strip() for value in values for url in value.split(",") if url.strip()]
+    return {"policy_url": urls[0]} if len(urls) == 1 else {"policy_urls": urls}
+
+
 def app_from_env() -> FastAPI:
     """Factory for multi-worker serving: each worker reads its settings from VERI_PROXY_* variables."""
     return create_app(ProxySettings())
@@ -89,7 +100,7 @@ def app_from_env() -> FastAPI:
 def settings_as_env(settings: ProxySettings) -> dict[str, str]:
     env = {}
     for name, value in settings.model_dump(mode="json", exclude_none=True).items():
-        env[f"VERI_PROXY_{name.upper()}"] = value if isinstance(value, str) else orjson.dumps(value).decode()
+        env[f"{envs.VERI_PROXY_PREFIX}{name.upper()}"] = value if isinstance(value, str) else orjson.dumps(value).decode()
     return env
 
 

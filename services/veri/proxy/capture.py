@@ -1,7 +1,8 @@
 """The capture path every chat-style route shares: prompt plan -> policy -> parsed reply -> span.
 
 Routes convert their protocol into a `ChatTurn`, call `sample`, format the reply in their own
-protocol, then `record` the span (durably) before anything is sent to the harness.
+protocol, then `record` the span (durably) before anything is sent to the harness. Every call goes
+to the policy replica its session is pinned to (`replicas.py`), and its span says which.
 """
 
 from __future__ import annotations
@@ -16,10 +17,17 @@ from renderers import ToolCallParseStatus
 
 from veri.core.records import PromptSource, Protocol, Span, TokenFidelity
 from veri.proxy.history import prefix_hashes
-from veri.proxy.policy_client import PolicyClient, PolicyCompletion
+from veri.proxy.policy_client import PolicyCompletion
 from veri.proxy.rendering import ChatRendering, PromptPlan
+from veri.proxy.replicas import PolicyReplicas
 from veri.proxy.settings import ProxySettings
 from veri.proxy.store import SessionRow, SpanStore
+
+
+def client_finish_reason(policy_reason: str) -> str:
+    """The OpenAI finish reason for a policy's: "stop" stays; anything else the server cut short
+    (length, vLLM's repetition detection) is "length" to the harness. The span keeps the policy's."""
+    return "stop" if policy_reason == "stop" else "length"
 
 
 @dataclass
@@ -83,7 +91,7 @@ class Sample:
 
 
 class CaptureService:
-    def __init__(self, settings: ProxySettings, store: SpanStore, rendering: ChatRendering, policy: PolicyClient):
+    def __init__(self, settings: ProxySettings, store: SpanStore, rendering: ChatRendering, policy: PolicyReplicas):
         self.settings = settings
         self.store = store
         self.rendering = rendering
@@ -112,14 +120,14 @@ class CaptureService:
         plan = self.rendering.plan_prompt(self.store, session.rollout_id, turn.messages, turn.tools)
         sampling = self.sampling_for(turn.max_tokens)
         completion = await self.policy.complete(
-            plan.prompt_ids, stop_token_ids=self.rendering.stop_token_ids, **sampling
+            session.replica, plan.prompt_ids, stop_token_ids=self.rendering.stop_token_ids, **sampling
         )
         ids, logprobs, stop_sequence = self._apply_stop_sequences(completion, turn.stop)
         parsed = self.rendering.parse(ids, turn.tools if turn.parse_tools else None, plan.prompt_ids)
         content, calls = self._split_tool_calls(parsed, turn.parse_tools, tool_id_prefix)
         if stop_sequence is not None:
             finish = "stop_sequence"
-        elif completion.finish_reason == "length":
+        elif client_finish_reason(completion.finish_reason) == "length":
             finish = "length"
         else:
             finish = "tool_calls" if calls else "stop"
@@ -147,8 +155,11 @@ class CaptureService:
             prompt_token_ids=sample.plan.prompt_ids,
             completion_token_ids=sample.completion_ids,
             completion_logprobs=sample.completion_logprobs,
+            logprobs_absent=sample.completion.logprobs_absent,
             finish_reason=sample.completion.finish_reason,
             policy_version=self._version(sample.completion),
+            replica=self.policy.replica(sample.session.replica).index,
+            cached_prompt_tokens=sample.completion.cached_prompt_tokens,
             prompt_source=sample.plan.source,
             prompt_source_reason=sample.plan.reason,
             bridged_from=sample.plan.bridged_from,
@@ -167,7 +178,9 @@ class CaptureService:
         """Legacy completions: the client's prompt ids go to the policy as they are."""
         started_at = time.time()
         sampling = self.sampling_for(client_max_tokens)
-        completion = await self.policy.complete(prompt_ids, stop_token_ids=self.rendering.stop_token_ids, **sampling)
+        completion = await self.policy.complete(
+            session.replica, prompt_ids, stop_token_ids=self.rendering.stop_token_ids, **sampling
+        )
         return completion, {**sampling, "stop_token_ids": self.rendering.stop_token_ids}, started_at
 
     def record_raw(
@@ -178,7 +191,9 @@ class CaptureService:
             rollout_id=session.rollout_id, request_index=-1, path=path, protocol=Protocol.OPENAI_COMPLETIONS,
             request=raw_request, response=response, prompt_token_ids=prompt_ids,
             completion_token_ids=completion.token_ids, completion_logprobs=completion.logprobs,
-            finish_reason=completion.finish_reason, policy_version=self._version(completion),
+            logprobs_absent=completion.logprobs_absent, finish_reason=completion.finish_reason,
+            policy_version=self._version(completion), replica=self.policy.replica(session.replica).index,
+            cached_prompt_tokens=completion.cached_prompt_tokens,
             prompt_source=PromptSource.FULL_RENDER, prompt_source_reason="raw completion prompt (no chat template)",
             token_fidelity=TokenFidelity.CAPTURED, sampling=sampling, started_at=started_at,
             duration_s=time.time() - started_at,

@@ -13,7 +13,12 @@ from veri.core import envs
 
 def register_serve(services: argparse._SubParsersAction) -> None:
     proxy = services.add_parser("proxy", help="the capture proxy (OpenAI + Anthropic routes per rollout)")
-    proxy.add_argument("--policy-url", required=True, help="base URL of the policy server (vLLM or hf)")
+    proxy.add_argument("--policy-url", required=True, action="append", metavar="URL",
+                       help="base URL of the policy server (vLLM or hf); repeat it, or separate URLs with commas,"
+                            " for several replicas (each rollout's calls stay on one)")
+    proxy.add_argument("--data-parallel-size", type=int, default=1, metavar="D",
+                       help="the policy's `vllm serve --data-parallel-size`: pin each rollout to one rank"
+                            " (X-data-parallel-rank)")
     proxy.add_argument("--model", type=Path, required=True, help="model folder (tokenizer + chat template)")
     proxy.add_argument("--served-model-name", default=None, help="model name the policy serves (default: its only one)")
     proxy.add_argument("--renderer", default="auto", help="renderers name (qwen3, default, ...) or auto")

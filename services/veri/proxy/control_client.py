@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from veri.core.http import HttpCallError, JsonClient
-from veri.core.records import SessionCreate, SessionInfo, Span
+from veri.core.records import ReplicaStats, SessionCreate, SessionInfo, Span
 
 
 class ControlError(HttpCallError):
@@ -30,6 +30,9 @@ class ControlClient:
 
     def close_session(self, rollout_id: str) -> SessionInfo:
         return SessionInfo.model_validate(self._call("POST", f"/control/sessions/{rollout_id}/close"))
+
+    def replicas(self) -> list[ReplicaStats]:
+        return [ReplicaStats.model_validate(stats) for stats in self._call("GET", "/control/replicas")]
 
     def set_policy_version(self, version: int) -> None:
         self._call("PUT", "/control/policy_version", json={"version": version})

@@ -11,6 +11,7 @@
     │   └── BodyTooLarge            413
     └── ServerError (5xx)
         ├── PolicyUnavailable       503  policy down or erroring; no span is recorded
+        │   └── PolicyAborted       503  the policy aborted the call (weight sync, shutdown): retry it
         └── CaptureFailed           500  the span could not be stored; the response is withheld
 
 Routes translate these into each protocol's own error body (see openai/ and anthropic/).
@@ -80,6 +81,13 @@ class PolicyUnavailable(ServerError):
     status_code = 503
     openai_type = "service_unavailable"
     anthropic_type = "overloaded_error"
+
+
+class PolicyAborted(PolicyUnavailable):
+    """vLLM answered `finish_reason: "abort"`: the completion is cut short and never recorded.
+
+    503 (not 200 with a partial answer) so the harness's SDK retries it; the retry renders the same
+    prompt, since the aborted call left no span to bridge from."""
 
 
 class CaptureFailed(ServerError):

@@ -3,6 +3,12 @@
 aiohttp rather than httpx on this one hot path: posting an 8k-token prompt costs ~0.2 ms of CPU
 with aiohttp against ~1.6 ms with httpx (measured on the 2-core dev box), and every model call of
 every rollout goes through here.
+
+What the policy sends back is recorded as sent, except the replies no span may hold: a completion
+vLLM aborted (`finish_reason` "abort": a weight sync or a shutdown cut it short) and an "error"
+finish are `PolicyAborted` / `PolicyUnavailable` (503, so the harness's SDK retries the call), and a
+reply without token ids is `PolicyUnavailable`. Missing logprobs are recorded (`logprobs_absent`):
+the harness gets its answer and the episode rules reject the rollout (`logprobs_absent`).
 """
 
 from __future__ import annotations
@@ -11,17 +17,27 @@ from dataclasses import dataclass
 
 import aiohttp
 import orjson
+import structlog
 
 from veri.core.policy_api import CompletionRequest, CompletionResponse
-from veri.proxy.errors import InvalidRequest, PolicyUnavailable
+from veri.proxy.errors import InvalidRequest, PolicyAborted, PolicyUnavailable
+
+log = structlog.get_logger("veri.proxy")
+
+# vLLM's OpenAI server pins a request to one engine of `--data-parallel-size D` with this header
+# (vllm/entrypoints/generate/base/serving.py `_get_data_parallel_rank`, 0.31; out of range is a 400).
+DATA_PARALLEL_RANK_HEADER = "X-data-parallel-rank"
 
 
 @dataclass(frozen=True)
 class PolicyCompletion:
     token_ids: list[int]
-    logprobs: list[float]
-    finish_reason: str  # stop | length
+    logprobs: list[float]  # [] when logprobs_absent
+    finish_reason: str  # as the policy sent it: stop | length | repetition (abort and error are raised)
     policy_version: int | None  # None: the backend does not report it (vLLM); the trainer sets it
+    logprobs_absent: bool = False  # the reply had no logprobs, or a null among them
+    cached_prompt_tokens: int | None = None  # prefix-cache hits; None: not reported (vLLM needs
+    # --enable-prompt-tokens-details)
 
 
 class PolicyClient:
@@ -41,7 +57,8 @@ class PolicyClient:
             await self._http.close()
 
     async def complete(
-        self, prompt_ids: list[int], *, max_tokens: int, temperature: float, top_p: float, stop_token_ids: list[int]
+        self, prompt_ids: list[int], *, max_tokens: int, temperature: float, top_p: float,
+        stop_token_ids: list[int], data_parallel_rank: int | None = None,
     ) -> PolicyCompletion:
         assert self._http is not None, "PolicyClient.start() was not awaited"
         request = CompletionRequest(
@@ -55,12 +72,14 @@ class PolicyClient:
             return_token_ids=True,
             skip_special_tokens=False,
         )
+        headers = {"content-type": "application/json"}
+        if data_parallel_rank is not None:
+            headers[DATA_PARALLEL_RANK_HEADER] = str(data_parallel_rank)
         # The upstream call is never streamed: a span must hold the complete completion.
         try:
             async with self._http.post(
-                f"{self.base_url}/v1/completions",
-                data=orjson.dumps(request.model_dump(exclude_none=True)),
-                headers={"content-type": "application/json"},
+                f"{self.base_url}/v1/completions", data=orjson.dumps(request.model_dump(exclude_none=True)),
+                headers=headers,
             ) as reply:
                 status, payload = reply.status, await reply.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -74,11 +93,30 @@ class PolicyClient:
             body = CompletionResponse.model_validate_json(payload)
         except ValueError as exc:
             raise PolicyUnavailable(f"policy server sent an unreadable completion: {exc}") from exc
+        return self._completion(body)
+
+    def _completion(self, body: CompletionResponse) -> PolicyCompletion:
         choice = body.choices[0]
-        if choice.token_ids is None or choice.logprobs is None:
-            raise PolicyUnavailable("policy server returned no token ids / logprobs (needs return_token_ids support)")
-        return PolicyCompletion(choice.token_ids, choice.logprobs.token_logprobs, choice.finish_reason,
-                                body.policy_version)
+        if choice.finish_reason == "abort":
+            raise PolicyAborted(f"the policy server at {self.base_url} aborted this call (a weight sync or a"
+                                " shutdown interrupted it); nothing was recorded: retry the call")
+        if choice.finish_reason in (None, "error"):
+            raise PolicyUnavailable(f"the policy server at {self.base_url} finished this call with"
+                                    f" {choice.finish_reason!r}, not a completion; nothing was recorded: retry")
+        if choice.token_ids is None:
+            raise PolicyUnavailable("policy server returned no token ids (it needs return_token_ids: vLLM or"
+                                    " veri's hf backend)")
+        logprobs = choice.logprobs.token_logprobs if choice.logprobs is not None else []
+        absent = choice.logprobs is None or len(logprobs) != len(choice.token_ids) or None in logprobs
+        if absent:
+            log.warning("policy returned no logprobs: the rollout will be rejected (logprobs_absent)",
+                        policy=self.base_url)
+        details = body.usage.prompt_tokens_details
+        return PolicyCompletion(
+            token_ids=choice.token_ids, logprobs=[] if absent else logprobs, finish_reason=choice.finish_reason,
+            policy_version=body.policy_version, logprobs_absent=absent,
+            cached_prompt_tokens=details.cached_tokens if details is not None else None,
+        )
 
 
 def _error_message(payload: bytes) -> str:

@@ -5,14 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from veri.core import envs
 
 
 class ProxySettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="VERI_PROXY_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=envs.VERI_PROXY_PREFIX, extra="forbid")
 
-    policy_url: str = Field(description="base URL of the policy server (vLLM or veri's hf backend)")
+    policy_url: str | None = Field(
+        default=None, description="base URL of the policy server (vLLM or veri's hf backend)"
+    )
+    policy_urls: list[str] = Field(
+        default_factory=list, description="several policy servers, one replica each (instead of policy_url)"
+    )
+    data_parallel_size: int = Field(
+        default=1, ge=1, description="vLLM --data-parallel-size of each server: ranks pinned by X-data-parallel-rank"
+    )
     model_dir: Path = Field(description="model folder: tokenizer, chat template, optional veri.json hint")
     served_model_name: str | None = Field(default=None, description="model name sent to the policy")
     renderer: str = Field(default="auto", description="renderers name (qwen3, default, ...) or auto")
@@ -37,3 +47,20 @@ class ProxySettings(BaseSettings):
     @classmethod
     def _strip_slash(cls, value: str | None) -> str | None:
         return value.rstrip("/") if value else value
+
+    @field_validator("policy_urls")
+    @classmethod
+    def _strip_slashes(cls, value: list[str]) -> list[str]:
+        return [url.rstrip("/") for url in value]
+
+    @model_validator(mode="after")
+    def _one_way_to_name_the_policy(self) -> ProxySettings:
+        if bool(self.policy_url) == bool(self.policy_urls):
+            raise ValueError("set either policy_url (one server) or policy_urls (several), not both or neither")
+        if len(set(self.replica_urls)) != len(self.replica_urls):
+            raise ValueError(f"policy_urls lists a server twice: {self.policy_urls}")
+        return self
+
+    @property
+    def replica_urls(self) -> list[str]:
+        return self.policy_urls or [self.policy_url]

@@ -1,8 +1,11 @@
-"""Durable span store (SQLite, WAL): sessions, spans, and the ids later turns bridge from.
+"""Durable span store (SQLite, WAL): sessions, spans, the ids later turns bridge from, and which
+policy replica each session is pinned to (with per-replica counters).
 
 Everything the proxy knows about a rollout lives here, not in a process's memory, so the proxy
 can run as several workers and survives restarts. A span is committed before its response is
 sent (WAL + synchronous=NORMAL survives a process crash, which is the failure we guard against).
+A session is pinned to a replica in the same write transaction that creates it, so workers opening
+sessions at once still spread them evenly.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from typing import Any
 
 import orjson
 
-from veri.core.records import SessionStatus, Span
+from veri.core.records import ReplicaStats, SessionStatus, Span
 from veri.proxy.errors import CaptureFailed, InvalidApiKey, InvalidRequest, SessionClosed, UnknownRollout
+from veri.proxy.replicas import Replica
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -29,7 +33,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     status TEXT NOT NULL,
     metadata TEXT NOT NULL,
     created_at REAL NOT NULL,
-    closed_at REAL
+    closed_at REAL,
+    replica INTEGER NOT NULL DEFAULT 0   -- the policy replica every call of this rollout goes to
 );
 CREATE TABLE IF NOT EXISTS spans (
     rollout_id TEXT NOT NULL,
@@ -43,6 +48,16 @@ CREATE TABLE IF NOT EXISTS spans (
 );
 CREATE INDEX IF NOT EXISTS spans_by_prefix ON spans (rollout_id, prefix_hash);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS replicas (
+    replica INTEGER PRIMARY KEY,
+    url TEXT NOT NULL,
+    rank INTEGER,                   -- NULL: no X-data-parallel-rank header
+    requests INTEGER NOT NULL DEFAULT 0,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    reported_prompt_tokens INTEGER NOT NULL DEFAULT 0,   -- prompt tokens of calls that reported cache hits
+    cached_prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_reports INTEGER NOT NULL DEFAULT 0
+);
 """
 
 
@@ -52,6 +67,7 @@ class SessionRow:
     api_key: str
     status: SessionStatus
     metadata: dict[str, Any]
+    replica: int = 0
 
 
 @dataclass(frozen=True)
@@ -88,6 +104,9 @@ class SpanStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(sessions)")}
+        if "replica" not in columns:  # a store written before replicas existed
+            self._db.execute("ALTER TABLE sessions ADD COLUMN replica INTEGER NOT NULL DEFAULT 0")
 
     def close(self) -> None:
         with self._lock:
@@ -96,30 +115,53 @@ class SpanStore:
     # --- sessions ---------------------------------------------------------------------------
 
     def open_session(self, rollout_id: str | None, metadata: dict[str, Any]) -> SessionRow:
-        row = SessionRow(
-            rollout_id=rollout_id or f"r-{uuid.uuid4().hex[:16]}",
-            api_key=f"veri-{secrets.token_urlsafe(24)}",
-            status=SessionStatus.OPEN,
-            metadata=metadata,
-        )
+        """A new open session, pinned to the replica with the fewest open sessions (round-robin on ties)."""
+        rollout_id = rollout_id or f"r-{uuid.uuid4().hex[:16]}"
+        api_key = f"veri-{secrets.token_urlsafe(24)}"
         with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")  # the choice and the insert see no other worker's open
             try:
+                replica = self._least_loaded_replica()
                 self._db.execute(
-                    "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, NULL)",
-                    (row.rollout_id, row.api_key, row.status.value, orjson.dumps(metadata).decode(), time.time()),
+                    "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, NULL, ?)",
+                    (rollout_id, api_key, SessionStatus.OPEN.value, orjson.dumps(metadata).decode(), time.time(),
+                     replica),
                 )
+                self._db.execute("COMMIT")
             except sqlite3.IntegrityError:
-                raise InvalidRequest(f"rollout_id {row.rollout_id!r} already exists; omit it to get a fresh one")
-        return row
+                self._db.execute("ROLLBACK")
+                raise InvalidRequest(f"rollout_id {rollout_id!r} already exists; omit it to get a fresh one")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return SessionRow(rollout_id, api_key, SessionStatus.OPEN, metadata, replica)
+
+    def _least_loaded_replica(self) -> int:
+        """Inside a write transaction: the replica to pin the next session to, and advance the cursor."""
+        count = self._db.execute("SELECT COUNT(*) FROM replicas").fetchone()[0] or 1
+        open_per_replica = [0] * count
+        for replica, sessions in self._db.execute(
+            "SELECT replica, COUNT(*) FROM sessions WHERE status = ? GROUP BY replica", (SessionStatus.OPEN.value,)
+        ):
+            if replica < count:
+                open_per_replica[replica] = sessions
+        found = self._db.execute("SELECT value FROM meta WHERE key = 'next_replica'").fetchone()
+        cursor = int(found[0]) % count if found else 0
+        fewest = min(open_per_replica)
+        chosen = next(index % count for index in range(cursor, cursor + count)
+                      if open_per_replica[index % count] == fewest)
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES ('next_replica', ?)", (str(chosen + 1),))
+        return chosen
 
     def get_session(self, rollout_id: str) -> SessionRow:
         with self._lock:
             found = self._db.execute(
-                "SELECT rollout_id, api_key, status, metadata FROM sessions WHERE rollout_id = ?", (rollout_id,)
+                "SELECT rollout_id, api_key, status, metadata, replica FROM sessions WHERE rollout_id = ?",
+                (rollout_id,),
             ).fetchone()
         if found is None:
             raise UnknownRollout(f"unknown rollout {rollout_id!r}: open a session first (POST /control/sessions)")
-        return SessionRow(found[0], found[1], SessionStatus(found[2]), orjson.loads(found[3]))
+        return SessionRow(found[0], found[1], SessionStatus(found[2]), orjson.loads(found[3]), found[4])
 
     def authorize(self, rollout_id: str, presented_key: str | None) -> SessionRow:
         """The session, if `presented_key` is its key and it is still open."""
@@ -138,6 +180,47 @@ class SpanStore:
                 (SessionStatus.CLOSED.value, time.time(), rollout_id),
             )
         return self.get_session(rollout_id)
+
+    # --- policy replicas ----------------------------------------------------------------------
+
+    def set_replicas(self, replicas: list[Replica]) -> None:
+        """Record the proxy's replicas; a replica whose URL or rank changed starts its counters afresh.
+
+        Every worker calls this at startup with the same list, so it is idempotent."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                rows = self._db.execute("SELECT replica, url, rank FROM replicas")
+                known = {replica: (url, rank) for replica, url, rank in rows}
+                for replica in replicas:
+                    if known.get(replica.index) != (replica.url, replica.rank):
+                        self._db.execute("INSERT OR REPLACE INTO replicas (replica, url, rank) VALUES (?, ?, ?)",
+                                         (replica.index, replica.url, replica.rank))
+                self._db.execute("DELETE FROM replicas WHERE replica >= ?", (len(replicas),))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def replica_stats(self) -> list[ReplicaStats]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT r.replica, r.url, r.rank, r.requests, r.prompt_tokens, r.reported_prompt_tokens,"
+                " r.cached_prompt_tokens, r.cache_reports,"
+                " (SELECT COUNT(*) FROM sessions s WHERE s.replica = r.replica),"
+                " (SELECT COUNT(*) FROM sessions s WHERE s.replica = r.replica AND s.status = ?)"
+                " FROM replicas r ORDER BY r.replica",
+                (SessionStatus.OPEN.value,),
+            ).fetchall()
+        return [
+            ReplicaStats(
+                replica=replica, url=url, rank=rank, sessions=sessions, open_sessions=open_sessions,
+                requests=requests, prompt_tokens=prompt_tokens,
+                cached_prompt_tokens=cached if reports else None,
+                hit_rate=cached / reported if reports and reported else None,
+            )
+            for replica, url, rank, requests, prompt_tokens, reported, cached, reports, sessions, open_sessions in rows
+        ]
 
     # --- policy version (for backends that do not report it, e.g. vLLM) -------------------------
 
@@ -175,6 +258,7 @@ class SpanStore:
                             _pack(span.completion_token_ids),
                         ),
                     )
+                    self._count_call(span)
                     self._db.execute("COMMIT")
                 except BaseException:
                     self._db.execute("ROLLBACK")
@@ -182,6 +266,18 @@ class SpanStore:
         except sqlite3.Error as exc:
             raise CaptureFailed(f"could not store the span ({exc}); the response was withheld") from exc
         return span
+
+    def _count_call(self, span: Span) -> None:
+        if span.replica is None:
+            return
+        prompt_tokens, cached = len(span.prompt_token_ids), span.cached_prompt_tokens
+        reported = cached is not None
+        self._db.execute(
+            "UPDATE replicas SET requests = requests + 1, prompt_tokens = prompt_tokens + ?,"
+            " reported_prompt_tokens = reported_prompt_tokens + ?, cached_prompt_tokens = cached_prompt_tokens + ?,"
+            " cache_reports = cache_reports + ? WHERE replica = ?",
+            (prompt_tokens, prompt_tokens if reported else 0, cached or 0, int(reported), span.replica),
+        )
 
     def spans(self, rollout_id: str) -> list[Span]:
         self.get_session(rollout_id)

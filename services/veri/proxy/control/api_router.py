@@ -1,4 +1,5 @@
-"""Control routes (trainer / `veri session`): open, inspect and close rollout sessions.
+"""Control routes (trainer / `veri session`): open, inspect and close rollout sessions; announce the
+policy version; per-replica counts (`GET /control/replicas`).
 
 They need the stack's control token; a proxy started without one accepts loopback clients only.
 Sandboxes never see the token and never reach these routes through the policy URLs.
@@ -10,10 +11,9 @@ import ipaddress
 import secrets
 
 from fastapi import APIRouter, Depends, Request
-
 from pydantic import BaseModel, Field
 
-from veri.core.records import SessionCreate, SessionInfo, Span
+from veri.core.records import ReplicaStats, SessionCreate, SessionInfo, Span
 from veri.proxy.deps import capture_service, parse_body
 from veri.proxy.errors import ControlUnauthorized
 from veri.proxy.requests import read_json_body
@@ -77,6 +77,12 @@ async def set_policy_version(request: Request) -> dict[str, int]:
     body = parse_body(PolicyVersionUpdate, await read_json_body(request, capture.settings.max_body_bytes))
     capture.store.set_policy_version(body.version)
     return {"policy_version": body.version}
+
+
+@router.get("/replicas")
+async def replicas(request: Request) -> list[ReplicaStats]:
+    """Each policy replica: its sessions, the calls it served, and its prefix-cache hit rate."""
+    return capture_service(request).store.replica_stats()
 
 
 @router.post("/sessions/{rollout_id}/close")

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from veri.core.records import Protocol
-from veri.proxy.capture import CaptureService
+from veri.proxy.capture import CaptureService, client_finish_reason
 from veri.proxy.deps import capture_service, json_response, rollout_call, served_model
 from veri.proxy.errors import InvalidRequest
 from veri.proxy.openai import serving
@@ -42,7 +42,8 @@ async def completions(rollout_id: str, request: Request):
     )
     text = capture.rendering.decode(completion.token_ids)
     response = serving.completion_response(
-        text, completion.finish_reason, len(prompt_ids), len(completion.token_ids), served_model(request)
+        text, client_finish_reason(completion.finish_reason), len(prompt_ids), len(completion.token_ids),
+        served_model(request),
     )
     capture.record_raw(call.session, prompt_ids, completion, sampling, started_at,
                        path="/v1/completions", raw_request=call.body, response=response)
