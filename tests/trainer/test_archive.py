@@ -30,6 +30,7 @@ from veri.trainer.archive import (
     rebuild_index,
     step_metrics,
 )
+from veri.trainer.errors import JobError
 
 TIMINGS = {"rollout": 2.0, "reward": 0.5, "train": 1.0, "weight_sync": 0.25}
 
@@ -144,7 +145,7 @@ def test_temp_files_from_a_crash_do_not_break_anything(tmp_path: Path):
 def test_one_writer_per_archive(archive: JobArchive, tmp_path: Path):
     with pytest.raises(ArchiveInUse, match="another trainer"):
         JobArchive(tmp_path / "archive", "job-1")
-    with pytest.raises(ValueError, match="job name"):
+    with pytest.raises(JobError, match="job name"):
         JobArchive(tmp_path / "archive", "../escape")
 
 

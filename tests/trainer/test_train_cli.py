@@ -1,12 +1,26 @@
-"""`veri train` refusing to start, with one line that says why (no servers needed)."""
+"""`veri train` refusing to start or stopping on an expected failure: one line that says why, exit 1, no
+traceback (trainer/errors.py). No real servers needed."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
 
 from tests.servers import free_port
 from tests.trainer.conftest import write_job
+from veri.cli import main
+from veri.launcher.errors import SandboxUnavailable
+from veri.trainer import job as job_module
+from veri.trainer.archive import JobArchive
+from veri.trainer.errors import WeightSyncError
+from veri.trainer.weights.policy_admin import PolicyAdminError
 
 
 def veri(*args: str) -> subprocess.CompletedProcess:
@@ -35,3 +49,64 @@ def test_docker_sandboxes_need_the_bundles_image(tiny_model, tmp_path):
                   "--output", str(tmp_path / "jobs"))
     assert result.returncode == 1 and "--sandbox docker needs --image" in result.stderr
     assert not (tmp_path / "jobs").exists()
+
+
+class _Healthy(BaseHTTPRequestHandler):
+    """Answers 200 to every GET: a proxy and a policy server as far as the start-up checks go."""
+
+    def do_GET(self) -> None:
+        body = b'{"status": "ok"}'
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def healthy_server() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Healthy)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+def test_an_archive_another_trainer_holds_is_a_one_line_error(tiny_model, tmp_path):
+    job = write_job(tmp_path, tiny_model)
+    with healthy_server() as url, JobArchive(tmp_path / "jobs", "job"):
+        result = veri("train", str(job), "--base-dir", str(tmp_path), "--sandbox", "local", "--proxy-url", url,
+                      "--policy-url", url, "--output", str(tmp_path / "jobs"))
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith(f"veri train: another trainer is writing the archive {tmp_path / 'jobs' / 'job'}")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+@pytest.fixture
+def stop_handlers_restored() -> Iterator[None]:
+    """`veri train` in this process installs its SIGINT/SIGTERM handlers; put pytest's back."""
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+@pytest.mark.parametrize("error", [
+    WeightSyncError("the policy server is at version 7 after step 0, expected 0: give the job its own policy server"),
+    PolicyAdminError("policy server", "http://127.0.0.1:1", "POST", "/update_weights", 500, "boom",
+                     "see the service's log"),
+    SandboxUnavailable("dockerd has no runsc (gVisor) runtime: run `make docker`"),
+])
+def test_failures_mid_job_are_one_line(error, tiny_model, tmp_path, monkeypatch, capsys, stop_handlers_restored):
+    def run_job(config, options):
+        raise error
+
+    monkeypatch.setattr(job_module, "run_job", run_job)
+    job = write_job(tmp_path, tiny_model)
+    assert main(["train", str(job), "--base-dir", str(tmp_path), "--sandbox", "local"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == f"veri train: {error}\n" and captured.out == ""

@@ -52,6 +52,7 @@ from veri.core import envs
 from veri.core.episodes import RolloutStatus
 from veri.core.harness import BUNDLE_MOUNT, OUTPUT_MOUNT
 from veri.core.launch import LaunchResult, RolloutLaunch, SandboxLimits
+from veri.launcher.errors import ImageProblem, SandboxUnavailable
 from veri.launcher.outputs import enforce_output_cap
 from veri.launcher.tails import Tail
 
@@ -70,14 +71,6 @@ LABEL_ROLLOUT = "veri.rollout_id"
 # exec keeps the harness the direct child of the image's init (tini); >> so the host side may read
 # while it writes. Needs /bin/sh in the image (every veri base has it).
 STDIO_WRAPPER = f'exec "$@" >>{LOGS_MOUNT}/stdout 2>>{LOGS_MOUNT}/stderr'
-
-
-class SandboxUnavailable(RuntimeError):
-    """Docker / gVisor cannot run sandboxes here; the message names the fix."""
-
-
-class ImageProblem(RuntimeError):
-    """A rollout's image is missing or unusable; the message names the fix."""
 
 
 @dataclass(frozen=True)

@@ -85,25 +85,19 @@ def _train(args: argparse.Namespace) -> int:
 
 def _run_train(args: argparse.Namespace) -> int:
     from veri.core.config import load_config
-    from veri.core.problems import ProblemsError
-    from veri.proxy.control_client import ControlError
-    from veri.trainer.job import JobError, TrainOptions, run_job
+    from veri.trainer.errors import TRAIN_FAILURES
+    from veri.trainer.job import TrainOptions, run_job
     from veri.trainer.rewards import check_reward_functions
-    from veri.trainer.weights.policy_admin import PolicyAdminError
 
-    try:
-        config = load_config(args.config, base_dir=args.base_dir, reward_check=check_reward_functions)
-    except ProblemsError as error:
-        print(error, file=sys.stderr)
-        return 1
     options = TrainOptions(
         proxy_url=args.proxy_url, policy_url=args.policy_url, output_root=args.output,
         job_name=args.name or args.config.stem, sandbox=args.sandbox, image=args.image,
         launcher_url=args.launcher_url, control_token=args.control_token, resume=args.resume,
     )
     try:
+        config = load_config(args.config, base_dir=args.base_dir, reward_check=check_reward_functions)
         final = run_job(config, options)
-    except (JobError, ControlError, PolicyAdminError, ProblemsError) as error:
+    except TRAIN_FAILURES as error:  # expected failures: one line with the fix, no traceback (trainer/errors.py)
         print(f"veri train: {error}", file=sys.stderr)
         return 1
     print(f"final model: {final}")

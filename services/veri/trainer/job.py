@@ -20,8 +20,10 @@ import httpx
 
 from veri.core.config import Backend, JobConfig
 from veri.core.dataset import read_dataset
+from veri.launcher.errors import LauncherError
 from veri.proxy.control_client import ControlClient
 from veri.trainer.archive import JobArchive, latest_checkpoint, prepare_resume
+from veri.trainer.errors import JobError
 from veri.trainer.gpu_stack import gpu_stack_problems
 from veri.trainer.grpo.rewards import trl_reward_funcs
 from veri.trainer.grpo.rollout_func import HarnessRollouts
@@ -48,10 +50,6 @@ class TrainOptions:
     launcher_url: str | None = None  # launcher: the service's URL (it writes outputs where this process reads)
     control_token: str | None = None
     resume: bool = False
-
-
-class JobError(RuntimeError):
-    """The job cannot start; the message says what to do."""
 
 
 @dataclass(frozen=True)
@@ -140,7 +138,7 @@ def _runner(options: TrainOptions, folders: JobFolders) -> RolloutRunner:
         return launcher_runner(options.launcher_url, token=options.control_token, subdir=options.job_name)
     try:
         return BackendRunner(sandbox_backend(options.sandbox), folders.outputs)
-    except (ImportError, RuntimeError) as error:  # no Docker SDK / daemon / gVisor: the backend says what to do
+    except (ImportError, LauncherError) as error:  # no Docker SDK / daemon / gVisor: the backend says what to do
         raise JobError(f"sandbox {options.sandbox!r} unavailable: {error}") from error
 
 

@@ -40,12 +40,9 @@ from veri.core.rollouts import RolloutRecord
 from veri.trainer.archive.index import ArchiveIndex, IndexWriter, index_row
 from veri.trainer.archive.layout import ArchiveLayout, append_line, atomic_write, cut_partial_tail, read_metrics
 from veri.trainer.archive.metrics import MetricSinks
+from veri.trainer.errors import ArchiveInUse, JobError
 
 JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-class ArchiveInUse(RuntimeError):
-    """Another process (or another JobArchive in this one) is writing the same job archive."""
 
 
 class JobArchive:
@@ -56,7 +53,7 @@ class JobArchive:
 
     def __init__(self, root: Path, job_name: str) -> None:
         if not JOB_NAME.match(job_name):
-            raise ValueError(f"job name {job_name!r}: use letters, digits, '.', '_' and '-' (a folder name)")
+            raise JobError(f"job name {job_name!r}: use letters, digits, '.', '_' and '-' (a folder name)")
         self.job_name = job_name
         self.layout = ArchiveLayout(Path(root).resolve() / job_name)
         self.dir = self.layout.dir

@@ -30,6 +30,7 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from veri.proxy.control_client import ControlClient
+from veri.trainer.errors import WeightSyncError
 from veri.trainer.weights.policy_admin import PolicyAdmin
 from veri.trainer.weights.state import policy_state_dict, write_weights
 
@@ -48,10 +49,6 @@ def announce_version(control: ControlClient, step: int) -> int:
     """vLLM: the weights TRL just synced are version `step`; spans opened from now on carry it."""
     control.set_policy_version(step)
     return step
-
-
-class WeightSyncError(RuntimeError):
-    pass
 
 
 class HfWeightSync(TrainerCallback):

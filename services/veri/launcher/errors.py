@@ -1,0 +1,25 @@
+"""The launcher's expected failures: each message is one line with its fix.
+
+    LauncherError
+    ├── SandboxUnavailable      sandboxes cannot run here: no Docker SDK or daemon, no runsc (gVisor),
+    │                           no rollouts network; `veri serve launcher` refuses to start
+    └── ImageProblem            one rollout's image is missing or has no CMD; that rollout fails
+
+`veri serve launcher` (launcher/cli.py) catches `LauncherError` once and prints
+`veri serve launcher: <message>`, exit status 1; the trainer's in-process sandboxes report it the same
+way (veri.trainer.errors). A broken harness is never an error here: it is a rollout status.
+"""
+
+from __future__ import annotations
+
+
+class LauncherError(RuntimeError):
+    """An expected launcher failure; the message says what to do."""
+
+
+class SandboxUnavailable(LauncherError):
+    """Docker / gVisor cannot run sandboxes here; the message names the fix."""
+
+
+class ImageProblem(LauncherError):
+    """A rollout's image is missing or unusable; the message names the fix."""
