@@ -10,6 +10,9 @@ VERI_LAUNCHER_URL = "VERI_LAUNCHER_URL"  # `veri train --sandbox launcher`: the 
 # --workers N` hands its workers), e.g. VERI_PROXY_POLICY_URL, VERI_PROXY_POLICY_URLS (a JSON list:
 # one replica per server), VERI_PROXY_DATA_PARALLEL_SIZE (vLLM DP ranks per server).
 VERI_PROXY_PREFIX = "VERI_PROXY_"
+# The launcher reads each LauncherSettings field from VERI_LAUNCHER_<FIELD> (flags win), e.g.
+# VERI_LAUNCHER_BACKEND, VERI_LAUNCHER_OUTPUT_ROOT.
+VERI_LAUNCHER_PREFIX = "VERI_LAUNCHER_"
 VERI_GPU_PLAN = "VERI_GPU_PLAN"  # the GPU plan (layout.GpuLayout JSON), made once before the stack starts; containers read it, never re-plan
 
 # --- read from the machine (GPU layout probe) ------------------------------------------------

@@ -6,6 +6,8 @@
                                    A client that goes away first (the trainer stopped, Ctrl-C, or died)
                                    cancels the group: its sandboxes are removed at once (499).
     GET  /health                   backend, runtime, network.
+
+Routes take what the app built once (deps.py) and build nothing.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from pathlib import PurePosixPath
 from typing import Any, TypeVar
 
 import structlog
-from fastapi import APIRouter, Header, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 
 from veri.core.launch import GroupLaunch, LaunchResult
+from veri.launcher.deps import BackendDep, SettingsDep, require_token
 from veri.launcher.group import run_group
 
 T = TypeVar("T")
@@ -30,26 +33,20 @@ log = structlog.get_logger("veri.launcher")
 
 
 @router.get("/health")
-async def health(request: Request) -> dict:
-    settings = request.app.state.settings
-    backend = request.app.state.backend
-    return {"ok": True, "backend": backend.name, "runtime": getattr(backend.inner, "runtime", None),
+async def health(settings: SettingsDep, backend: BackendDep) -> dict:
+    return {"ok": True, "backend": backend.name, "runtime": backend.runtime,
             "network": settings.network if backend.name == "docker" else None,
             "output_root": str(settings.output_root.absolute()), "max_parallel_rollouts": settings.max_parallel_rollouts}
 
 
-@router.post("/v1/groups", response_model=list[LaunchResult])
+@router.post("/v1/groups", response_model=list[LaunchResult], dependencies=[Depends(require_token)])
 async def run_groups(
     group: GroupLaunch,
     request: Request,
+    settings: SettingsDep,
+    backend: BackendDep,
     subdir: str | None = Query(default=None, description="relative folder under output_root for this group"),
-    authorization: str | None = Header(default=None),
 ) -> list[LaunchResult]:
-    from veri.launcher.service import check_token
-
-    settings = request.app.state.settings
-    if not check_token(settings, authorization):
-        raise HTTPException(status_code=401, detail="launcher token required (Authorization: Bearer ...)")
     root = settings.output_root.absolute()
     if subdir:
         rel = PurePosixPath(subdir)
@@ -60,7 +57,7 @@ async def run_groups(
     bad = [i for i in ids if not i or "/" in i or i in (".", "..") or i.startswith(".")]
     if bad or len(set(ids)) != len(ids):
         raise HTTPException(status_code=400, detail=f"rollout ids must be unique folder names: {bad or ids}")
-    return await _while_connected(request, run_group(request.app.state.backend, group, root), ids)
+    return await _while_connected(request, run_group(backend, group, root), ids)
 
 
 async def _while_connected(request: Request, work: Coroutine[Any, Any, T], ids: list[str]) -> T:

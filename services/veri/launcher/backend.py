@@ -1,8 +1,11 @@
 """What every sandbox backend provides. Backends: `docker` (gVisor/runsc, the product) and `local`
-(a plain subprocess, for development on machines without docker — never isolation)."""
+(a plain subprocess, for development on machines without docker — never isolation).
+
+`GatedBackend` puts one backend behind the launcher's cap on sandboxes alive at once."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Protocol
 
@@ -10,7 +13,8 @@ from veri.core.launch import LaunchResult, RolloutLaunch
 
 
 class SandboxBackend(Protocol):
-    name: str
+    name: str  # docker | local
+    runtime: str | None  # docker: runsc (gVisor) or runc (--unsafe-runc); local: None (no container)
 
     async def run(self, launch: RolloutLaunch, output_dir: Path) -> LaunchResult:
         """Run one rollout to its end (completed / failed / truncated) and collect its output
@@ -20,3 +24,27 @@ class SandboxBackend(Protocol):
     async def remove_leftovers(self) -> int:
         """Remove sandboxes a crashed launcher left behind; returns how many."""
         ...
+
+    def close(self) -> None:
+        """Release what the backend holds (threads, the docker client); it runs nothing after this."""
+        ...
+
+
+class GatedBackend:
+    """A backend behind one semaphore: at most `limit` rollouts run at once, whatever the groups."""
+
+    def __init__(self, inner: SandboxBackend, limit: int) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.runtime = inner.runtime
+        self._gate = asyncio.Semaphore(limit)
+
+    async def run(self, launch: RolloutLaunch, output_dir: Path) -> LaunchResult:
+        async with self._gate:
+            return await self.inner.run(launch, output_dir)
+
+    async def remove_leftovers(self) -> int:
+        return await self.inner.remove_leftovers()
+
+    def close(self) -> None:
+        self.inner.close()

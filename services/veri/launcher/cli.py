@@ -35,7 +35,9 @@ def register_serve(services: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from veri.launcher.service import LauncherSettings, serve
+    from veri.launcher.app import serve
+    from veri.launcher.errors import LauncherError
+    from veri.launcher.settings import LauncherSettings
 
     host_paths = {}
     for item in args.host_path:
@@ -49,18 +51,9 @@ def _serve(args: argparse.Namespace) -> int:
         max_parallel_rollouts=args.max_parallel, unsafe_runc=args.unsafe_runc,
         token=os.environ.get(envs.VERI_CONTROL_TOKEN) or None, host_paths=host_paths,
     )
-    if args.backend == "docker":
-        try:
-            import docker  # noqa: F401
-        except ImportError:
-            print("veri serve launcher: the Docker SDK is missing: pip install docker", file=sys.stderr)
-            return 1
-        from veri.launcher.docker_backend import SandboxUnavailable
-    else:
-        SandboxUnavailable = RuntimeError  # noqa: N806 - the local backend raises nothing like it
     try:
         serve(settings, args.host, args.port)
-    except SandboxUnavailable as exc:
+    except LauncherError as exc:  # expected: one line with the fix, no traceback (launcher/errors.py)
         print(f"veri serve launcher: {exc}", file=sys.stderr)
         return 1
     return 0

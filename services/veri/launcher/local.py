@@ -22,6 +22,7 @@ from veri.launcher.tails import Tail, drain
 
 class LocalBackend:
     name = "local"
+    runtime: str | None = None  # no container: the harness runs as this user, on this kernel
 
     async def run(self, launch: RolloutLaunch, output_dir: Path) -> LaunchResult:
         bundle = Path(launch.image)
@@ -62,4 +63,7 @@ class LocalBackend:
         )
 
     async def remove_leftovers(self) -> int:
-        return 0
+        return 0  # plain processes carry no label to find leftovers by
+
+    def close(self) -> None:
+        pass  # holds nothing between rollouts

@@ -109,12 +109,13 @@ class MetricSinks:
         self._write_wandb(step, metrics)
 
     def close(self) -> None:
-        for sink, close in ((self._tensorboard, "close"), (self._wandb_run, "finish")):
-            if sink is not None:
-                try:
-                    getattr(sink, close)()
-                except Exception as error:  # noqa: BLE001 - closing a sink must never fail the job
-                    self._report(f"metrics sink {type(sink).__name__}.{close}() failed: {error!r}")
+        closers = [sink.close for sink in (self._tensorboard,) if sink is not None]
+        closers += [run.finish for run in (self._wandb_run,) if run is not None]
+        for close in closers:
+            try:
+                close()
+            except Exception as error:  # noqa: BLE001 - closing a sink must never fail the job
+                self._report(f"metrics sink {close.__qualname__}() failed: {error!r}")
         self._tensorboard = self._wandb_run = None
 
     def _write_tensorboard(self, step: int, metrics: Metrics) -> None:

@@ -1,0 +1,72 @@
+"""`veri serve launcher`: the sandbox launcher as a service (FastAPI). `create_app(settings)` assembles it,
+`serve(settings, host, port)` runs it under uvicorn.
+
+The trainer posts a group of rollouts and gets one result per rollout when the group is done
+(`LauncherClient`). At start the launcher removes the sandboxes a crashed run of it left behind. Its
+port belongs on the control network only: sandboxes never reach it (nor the docker socket it holds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import structlog
+from fastapi import FastAPI
+
+from veri.launcher.api_router import router
+from veri.launcher.backend import GatedBackend, SandboxBackend
+from veri.launcher.errors import SandboxUnavailable
+from veri.launcher.settings import LauncherSettings
+
+log = structlog.get_logger("veri.launcher")
+
+
+def make_backend(settings: LauncherSettings) -> SandboxBackend:
+    """The backend `settings` names. Raises SandboxUnavailable (with the fix) when it cannot run here."""
+    if settings.backend == "local":
+        from veri.launcher.local import LocalBackend
+
+        log.warning("backend local: harnesses run as plain processes on this machine - no isolation (dev only)")
+        return LocalBackend()
+    try:
+        import docker  # noqa: F401 - the SDK the docker backend is built on
+    except ImportError:
+        raise SandboxUnavailable("the Docker SDK is missing: pip install docker") from None
+    from veri.launcher.docker_backend import DockerBackend
+
+    return DockerBackend(network=settings.network, unsafe_runc=settings.unsafe_runc,
+                         launcher_id=settings.launcher_id, max_sandboxes=settings.max_parallel_rollouts,
+                         host_paths=settings.host_paths or None)
+
+
+def create_app(settings: LauncherSettings, backend: SandboxBackend | None = None) -> FastAPI:
+    """The app; `backend` replaces the one `settings` names (tests, and `serve`, which builds it first)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        inner = backend or make_backend(settings)
+        removed = await inner.remove_leftovers()
+        if removed:
+            log.warning("removed sandboxes a previous launcher left behind", count=removed)
+        app.state.settings = settings
+        app.state.backend = GatedBackend(inner, settings.max_parallel_rollouts)
+        log.info("launcher ready", backend=inner.name, network=settings.network,
+                 output_root=str(settings.output_root.absolute()), max_parallel=settings.max_parallel_rollouts)
+        try:
+            yield
+        finally:
+            app.state.backend.close()
+
+    app = FastAPI(title="veri launcher", lifespan=lifespan)
+    app.include_router(router)
+    return app
+
+
+def serve(settings: LauncherSettings, host: str, port: int) -> None:
+    """Refuses to start (SandboxUnavailable, with the fix) before binding the port when the backend
+    cannot run sandboxes here: no SDK, no daemon, no runsc, no rollouts network."""
+    import uvicorn
+
+    backend = make_backend(settings)
+    uvicorn.run(create_app(settings, backend), host=host, port=port, log_level="info", timeout_keep_alive=3600)
