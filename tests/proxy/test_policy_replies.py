@@ -74,6 +74,7 @@ def test_missing_logprobs_answer_the_harness_and_reject_the_rollout(policy, cont
 @pytest.mark.parametrize("finish_reason", ["abort", "error"])
 def test_an_aborted_call_is_a_retryable_503_that_records_nothing(policy, control, finish_reason):
     session = control.open_session()
+    failed = control.replicas()[0].failed_requests
     shape(policy, finish_reason=finish_reason, times=1)
     with pytest.raises(openai.APIStatusError) as refused:
         chat(session)
@@ -83,6 +84,7 @@ def test_an_aborted_call_is_a_retryable_503_that_records_nothing(policy, control
     assert chat(session, retries=1).choices[0].finish_reason == "stop"  # the SDK's own retry succeeds
     (span,) = control.spans(session.rollout_id)
     assert span.finish_reason == "stop" and span.request_index == 0
+    assert control.replicas()[0].failed_requests == failed + 2  # both aborted calls count against it
 
 
 def test_an_aborted_call_is_retryable_for_anthropic_too(policy, control):

@@ -60,7 +60,7 @@ def test_each_rollout_stays_on_one_server(reply_ids, tiny_model, tmp_path, worke
         assert [s.prompt_source for s in its_spans[1:]] == ["bridged"] * (TURNS - 1)
     assert sorted(Counter(pinned.values()).values()) == [2, 2]
 
-    assert [(s.replica, s.url, s.rank) for s in stats] == [(0, first, None), (1, second, None)]
+    assert [(s.replica, s.url, s.rank, s.failed_requests) for s in stats] == [(0, first, None, 0), (1, second, None, 0)]
     for s in stats:
         mine = [span for its_spans in spans.values() for span in its_spans if span.replica == s.replica]
         assert (s.sessions, s.open_sessions, s.requests) == (2, 2, 2 * TURNS) == (2, 2, len(prompts[s.replica]))

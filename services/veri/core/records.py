@@ -109,6 +109,7 @@ class ReplicaStats(BaseModel):
     sessions: int = Field(description="sessions pinned to it, open or closed")
     open_sessions: int
     requests: int = Field(description="model calls it answered that became spans")
+    failed_requests: int = Field(description="calls it failed: unreachable, an error status, aborted (no span)")
     prompt_tokens: int
     cached_prompt_tokens: int | None = Field(
         description="prefix-cache hits over the calls that reported them (None: none did; vLLM reports them"

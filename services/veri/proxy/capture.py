@@ -16,6 +16,7 @@ from typing import Any
 from renderers import ToolCallParseStatus
 
 from veri.core.records import PromptSource, Protocol, Span, TokenFidelity
+from veri.proxy.errors import PolicyUnavailable
 from veri.proxy.history import prefix_hashes
 from veri.proxy.policy_client import PolicyCompletion
 from veri.proxy.rendering import ChatRendering, PromptPlan
@@ -119,9 +120,7 @@ class CaptureService:
         started_at = time.time()
         plan = self.rendering.plan_prompt(self.store, session.rollout_id, turn.messages, turn.tools)
         sampling = self.sampling_for(turn.max_tokens)
-        completion = await self.policy.complete(
-            session.replica, plan.prompt_ids, stop_token_ids=self.rendering.stop_token_ids, **sampling
-        )
+        completion = await self._complete(session, plan.prompt_ids, sampling)
         ids, logprobs, stop_sequence = self._apply_stop_sequences(completion, turn.stop)
         parsed = self.rendering.parse(ids, turn.tools if turn.parse_tools else None, plan.prompt_ids)
         content, calls = self._split_tool_calls(parsed, turn.parse_tools, tool_id_prefix)
@@ -178,9 +177,7 @@ class CaptureService:
         """Legacy completions: the client's prompt ids go to the policy as they are."""
         started_at = time.time()
         sampling = self.sampling_for(client_max_tokens)
-        completion = await self.policy.complete(
-            session.replica, prompt_ids, stop_token_ids=self.rendering.stop_token_ids, **sampling
-        )
+        completion = await self._complete(session, prompt_ids, sampling)
         return completion, {**sampling, "stop_token_ids": self.rendering.stop_token_ids}, started_at
 
     def record_raw(
@@ -200,6 +197,16 @@ class CaptureService:
             reply_message={"role": "assistant", "content": self.rendering.decode(completion.token_ids)},
         )
         return self.store.add_span(span, prefix_hash=f"raw-{uuid.uuid4().hex}", n_messages=0)
+
+    async def _complete(self, session: SessionRow, prompt_ids: list[int], sampling: dict[str, Any]) -> PolicyCompletion:
+        """The session's replica samples; a failed or aborted call is counted against that replica."""
+        try:
+            return await self.policy.complete(
+                session.replica, prompt_ids, stop_token_ids=self.rendering.stop_token_ids, **sampling
+            )
+        except PolicyUnavailable:
+            self.store.count_failed_call(self.policy.replica(session.replica).index)
+            raise
 
     def _version(self, completion: PolicyCompletion) -> int:
         reported = completion.policy_version

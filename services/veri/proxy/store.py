@@ -56,9 +56,17 @@ CREATE TABLE IF NOT EXISTS replicas (
     prompt_tokens INTEGER NOT NULL DEFAULT 0,
     reported_prompt_tokens INTEGER NOT NULL DEFAULT 0,   -- prompt tokens of calls that reported cache hits
     cached_prompt_tokens INTEGER NOT NULL DEFAULT 0,
-    cache_reports INTEGER NOT NULL DEFAULT 0
+    cache_reports INTEGER NOT NULL DEFAULT 0,
+    failed_requests INTEGER NOT NULL DEFAULT 0      -- unreachable, 5xx, aborted: no span
 );
 """
+
+
+# Columns added since the first release of a table, for stores an older proxy wrote.
+_ADDED_COLUMNS = [
+    ("sessions", "replica", "INTEGER NOT NULL DEFAULT 0"),
+    ("replicas", "failed_requests", "INTEGER NOT NULL DEFAULT 0"),
+]
 
 
 @dataclass(frozen=True)
@@ -104,9 +112,9 @@ class SpanStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(sessions)")}
-        if "replica" not in columns:  # a store written before replicas existed
-            self._db.execute("ALTER TABLE sessions ADD COLUMN replica INTEGER NOT NULL DEFAULT 0")
+        for table, column, kind in _ADDED_COLUMNS:  # a store written by an older proxy
+            if column not in {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}:
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     def close(self) -> None:
         with self._lock:
@@ -205,8 +213,8 @@ class SpanStore:
     def replica_stats(self) -> list[ReplicaStats]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT r.replica, r.url, r.rank, r.requests, r.prompt_tokens, r.reported_prompt_tokens,"
-                " r.cached_prompt_tokens, r.cache_reports,"
+                "SELECT r.replica, r.url, r.rank, r.requests, r.failed_requests, r.prompt_tokens,"
+                " r.reported_prompt_tokens, r.cached_prompt_tokens, r.cache_reports,"
                 " (SELECT COUNT(*) FROM sessions s WHERE s.replica = r.replica),"
                 " (SELECT COUNT(*) FROM sessions s WHERE s.replica = r.replica AND s.status = ?)"
                 " FROM replicas r ORDER BY r.replica",
@@ -215,12 +223,17 @@ class SpanStore:
         return [
             ReplicaStats(
                 replica=replica, url=url, rank=rank, sessions=sessions, open_sessions=open_sessions,
-                requests=requests, prompt_tokens=prompt_tokens,
+                requests=requests, failed_requests=failed, prompt_tokens=prompt_tokens,
                 cached_prompt_tokens=cached if reports else None,
                 hit_rate=cached / reported if reports and reported else None,
             )
-            for replica, url, rank, requests, prompt_tokens, reported, cached, reports, sessions, open_sessions in rows
+            for (replica, url, rank, requests, failed, prompt_tokens, reported, cached, reports, sessions,
+                 open_sessions) in rows
         ]
+
+    def count_failed_call(self, replica: int) -> None:
+        with self._lock:
+            self._db.execute("UPDATE replicas SET failed_requests = failed_requests + 1 WHERE replica = ?", (replica,))
 
     # --- policy version (for backends that do not report it, e.g. vLLM) -------------------------
 
