@@ -10,18 +10,11 @@ import trl
 
 from tests.core.jobs import job, write_job, write_model
 from veri.core import grpo as grpo_rules
-from veri.core.config import (
-    JobConfig,
-    RewardConfig,
-    SamplingConfig,
-    check_config,
-    load_config,
-    parse_config,
-    read_config_file,
-)
+from veri.core.config import JobConfig, RewardConfig, SamplingConfig, parse_config, read_config_file
 from veri.core.dataset import DatasetConfig
 from veri.core.layout import GpuInventory
 from veri.core.problems import ProblemsError
+from veri.core.validation import check_config, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 

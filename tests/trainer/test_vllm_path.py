@@ -14,7 +14,8 @@ from transformers import AutoTokenizer
 
 from tests.servers import free_port, start_server
 from tests.trainer.conftest import MAX_TOKENS, build_rollouts, write_job
-from veri.core.config import JobConfig, load_config, parse_config
+from veri.core.config import JobConfig, parse_config
+from veri.core.validation import load_config
 from veri.trainer.archive import JobArchive
 from veri.trainer.grpo.setup import grpo_config_kwargs, lora_config
 from veri.trainer.rewards import RewardScorer, load_reward_functions

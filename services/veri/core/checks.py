@@ -2,6 +2,7 @@
 
 Each check names the config fields it reads; it runs only when those fields validated, so one broken
 field is reported once and every other check still runs (`veri validate` prints everything at once).
+veri.core.validation runs them (`check_config`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from veri.core import grpo as grpo_rules
 from veri.core import layout
-from veri.core.config import Backend, JobConfig, RewardCheck
+from veri.core.config import Backend, JobConfig, RewardConfig
 from veri.core.dataset import read_dataset
 from veri.core.harness import MANIFEST_FILE, ManifestError, load_manifest
 from veri.core.problems import Problem, ProblemsError
@@ -24,7 +25,11 @@ _VLLM_ONLY = (
     "vllm_tensor_parallel_size", "vllm_data_parallel_size", "vllm_gpu_memory_utilization", "max_model_len",
     "weight_sync", "device",
 )
-_BUILDABLE_MODELS = {"tiny": "veri model tiny --out {path}", "smollm2": "veri model smollm2 --out {path}"}
+_BUILDABLE_MODELS = {name: f"veri model {name} --out {{path}}" for name in ("tiny", "tiny-vllm", "smollm2")}
+
+# A check the caller adds for reward functions (the trainer loads them; core imports no service):
+# (the validated rewards, the dataset's column names or None when unknown) -> problems.
+RewardCheck = Callable[[list[RewardConfig], list[str] | None], list[Problem]]
 
 
 @dataclass

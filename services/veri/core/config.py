@@ -8,15 +8,14 @@ Relative paths resolve against `base_dir` (default: the directory veri runs in, 
 `make train`). Every accepted knob has a consumer, named in its description; knobs that cannot act in
 a given setup (a `vllm_*`, `weight_sync` or `device` knob with `backend: hf`) are problems, not silently ignored.
 
-`check_config` finds every problem at once (structure, types, unknown keys with the nearest real one,
-missing files, GRPO settings against the installed TRL, the GPU layout); `load_config` raises them all.
+Here: the schema, and reading it (`read_config_file`, `parse_config`: structure and types, each problem
+with its fix). Checking a job fully (files, GRPO settings against the installed TRL, the GPU layout) is
+veri.core.validation's `check_config` / `load_config`, over the checks in veri.core.checks.
 """
 
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -220,70 +219,13 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 def parse_config(raw: dict[str, Any], *, base_dir: Path | None = None) -> JobConfig:
     """Structure and types only (no file or GPU checks); raises `ProblemsError` with every problem."""
-    values, problems = _validate_fields(raw, (base_dir or Path.cwd()).resolve())
+    values, problems = validate_fields(raw, (base_dir or Path.cwd()).resolve())
     if problems:
         raise ProblemsError("config", problems)
     return JobConfig.model_validate(values)
 
 
-def load_config(
-    path: Path,
-    *,
-    base_dir: Path | None = None,
-    gpus: GpuInventory | None = None,
-    reward_check: RewardCheck | None = None,
-) -> JobConfig:
-    """Read and fully check a job file; raises `ProblemsError` listing every problem."""
-    report = check_config(path, base_dir=base_dir, gpus=gpus, reward_check=reward_check)
-    if report.problems:
-        raise ProblemsError(str(path), report.problems)
-    assert report.config is not None
-    return report.config
-
-
-# --- checking --------------------------------------------------------------------------------------
-
-# A check the caller adds for reward functions (the trainer loads them; core imports no service):
-# (the validated rewards, the dataset's column names or None when unknown) -> problems.
-RewardCheck = Callable[[list[RewardConfig], "list[str] | None"], list[Problem]]
-
-
-@dataclass
-class ConfigReport:
-    config: JobConfig | None  # None when any problem exists
-    problems: list[Problem] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # what was planned or could not be checked here
-
-
-def check_config(
-    path: Path,
-    *,
-    base_dir: Path | None = None,
-    gpus: GpuInventory | None = None,
-    reward_check: RewardCheck | None = None,
-) -> ConfigReport:
-    """Every problem in a job file at once.
-
-    `gpus` (a `layout.GpuInventory`) is the machine to plan for; None probes this one. Checks whose
-    inputs are themselves broken are skipped (their inputs are already reported).
-    """
-    from veri.core import checks  # checks import this module's schema
-
-    try:
-        raw = read_config_file(path)
-    except ProblemsError as error:
-        return ConfigReport(None, error.problems)
-    values, problems = _validate_fields(raw, (base_dir or Path.cwd()).resolve())
-    partial = JobConfig.model_construct(**values)
-    valid = set(values) | {name for name, info in JobConfig.model_fields.items() if not info.is_required()}
-    valid -= {_problem_field(problem) for problem in problems}
-    context = checks.CheckContext(gpus=gpus, reward_check=reward_check)
-    problems += checks.run_checks(partial, valid, context)
-    config = JobConfig.model_validate(values) if not problems else None
-    return ConfigReport(config, problems, context.notes)
-
-
-def _validate_fields(raw: dict[str, Any], base_dir: Path) -> tuple[dict[str, Any], list[Problem]]:
+def validate_fields(raw: dict[str, Any], base_dir: Path) -> tuple[dict[str, Any], list[Problem]]:
     """Each top-level field validated on its own, so one bad field does not hide checks of the others."""
     problems: list[Problem] = []
     try:
@@ -319,7 +261,7 @@ def _resolve_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
     return values
 
 
-def _problem_field(problem: Problem) -> str:
+def problem_field(problem: Problem) -> str:
     return problem.where.split(".")[0].split("[")[0]
 
 

@@ -56,8 +56,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from veri.core.config import check_config
     from veri.core.layout import GpuInventory
+    from veri.core.validation import check_config
     from veri.trainer.rewards import check_reward_functions
 
     gpus = GpuInventory.nvidia(args.gpus) if args.gpus is not None else None
@@ -84,7 +84,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from veri.core.config import load_config
+    from veri.core.validation import load_config
     from veri.trainer.errors import TRAIN_FAILURES
     from veri.trainer.job import TrainOptions, run_job
     from veri.trainer.rewards import check_reward_functions
