@@ -29,6 +29,7 @@ def make_job_dir(tmp_path: Path) -> Path:
     (tmp_path / "data" / "tasks.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     (tmp_path / "bundle").mkdir()
     (tmp_path / "bundle" / "veri-harness.toml").write_text('name = "agent"\nentrypoint = ["python", "agent.py"]\n')
+    (tmp_path / "bundle" / "agent.py").write_text("print('hi')\n")
     (tmp_path / "rewards").mkdir()
     (tmp_path / "rewards" / "url.py").write_text(REWARD)
     return tmp_path

@@ -123,6 +123,22 @@ def test_bundle_manifest_is_read_and_agrees_with_the_job(job_dir: Path):
     assert "has no veri-harness.toml" in found["harness_bundle"]
 
 
+@pytest.mark.parametrize("manifest, reported", [
+    # Each of these only `veri harness build` refused before: one manifest check now serves both.
+    ('name = "agent"\nentrypoint = ["python", "main.py"]\n', "entrypoint names 'main.py', which is not in the bundle"),
+    ('name = "agent"\nentrypoint = ["python", "agent.py"]\n[deps]\nnpm = ["Not A Spec!"]\n',
+     "deps.npm entry 'Not A Spec!' is not an npm package spec"),
+    ('name = "agent"\nentrypoint = ["python", "agent.py"]\n[deps]\nrequirements = "../outside.txt"\n',
+     "points outside the bundle"),
+    ('name = "agent"\nentrypoint = ["python", "agent.py"]\nbase = "veri/base"\n', "fix: remove it; known fields"),
+])
+def test_validate_refuses_what_harness_build_refuses(job_dir: Path, manifest: str, reported: str):
+    (job_dir / "outside.txt").write_text("requests\n")
+    (job_dir / "bundle" / "veri-harness.toml").write_text(manifest)
+    found = problems_by_place(check_config(write_job(job_dir, job()), base_dir=job_dir))
+    assert reported in found["harness_bundle"]
+
+
 def test_context_length_against_the_model(job_dir: Path):
     write_model(job_dir / "models/policy", heads=16, positions=4096)
     config = job(backend="vllm", max_model_len=8192, max_response_length=8192, grpo={})

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from veri.core.harness import ManifestError
-from veri.harness.build import bundle_entries, check_bundle, content_hash, dockerfile, image_repository
+from veri.core.harness import ManifestError, load_manifest
+from veri.harness.build import bundle_entries, content_hash, dockerfile, image_repository
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,20 +36,20 @@ def make(tmp_path: Path, manifest: str, files: dict[str, str] | None = None) -> 
 ])
 def test_invalid_manifest_names_the_field_and_the_fix(tmp_path, manifest, field, hint):
     with pytest.raises(ManifestError) as error:
-        check_bundle(make(tmp_path, manifest))
+        load_manifest(make(tmp_path, manifest))
     message = str(error.value)
     assert f"  {field}:" in message and "fix:" in message and hint in message, message
 
 
 def test_files_the_manifest_names_must_exist(tmp_path):
     with pytest.raises(ManifestError, match="entrypoint names 'main.py'.*\n.*fix:"):
-        check_bundle(make(tmp_path, 'name = "x"\nentrypoint = ["python", "main.py"]\n'))
+        load_manifest(make(tmp_path, 'name = "x"\nentrypoint = ["python", "main.py"]\n'))
     with pytest.raises(ManifestError, match="deps.requirements = 'req.txt' does not exist"):
-        check_bundle(make(tmp_path, 'name = "x"\nentrypoint = "python agent.py"\n[deps]\nrequirements = "req.txt"\n'))
+        load_manifest(make(tmp_path, 'name = "x"\nentrypoint = "python agent.py"\n[deps]\nrequirements = "req.txt"\n'))
     with pytest.raises(ManifestError, match="no veri-harness.toml"):
-        check_bundle(tmp_path)
+        load_manifest(tmp_path)
     with pytest.raises(ManifestError, match="not valid TOML"):
-        check_bundle(make(tmp_path, 'name = "x\n'))
+        load_manifest(make(tmp_path, 'name = "x\n'))
 
 
 def test_cli_reports_an_invalid_manifest_without_docker(tmp_path):
@@ -62,7 +62,7 @@ def test_cli_reports_an_invalid_manifest_without_docker(tmp_path):
 def test_demo_bundles_are_valid():
     for name in ("url_extract_openai", "url_extract_claude"):
         if (ROOT / "harness-bundles" / name).is_dir():
-            assert check_bundle(ROOT / "harness-bundles" / name).name == name
+            assert load_manifest(ROOT / "harness-bundles" / name).name == name
 
 
 def test_content_hash_covers_every_file_and_the_base(tmp_path):
@@ -82,7 +82,7 @@ def test_content_hash_covers_every_file_and_the_base(tmp_path):
 
 
 def test_image_names_and_dockerfile(tmp_path):
-    manifest = check_bundle(make(tmp_path, 'name = "url_extract__x..y-"\nentrypoint = ["python", "agent.py"]\n'
+    manifest = load_manifest(make(tmp_path, 'name = "url_extract__x..y-"\nentrypoint = ["python", "agent.py"]\n'
                                            '[deps]\nrequirements = "agent.py"\n'))
     assert image_repository(manifest) == "veri/harness-url_extract__x-y"
     text = dockerfile(manifest, {"Entrypoint": ["/usr/bin/tini", "--"]}, has_wheels=True)

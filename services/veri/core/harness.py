@@ -9,6 +9,7 @@ Each rollout runs `entrypoint` once, from `/harness`, with exactly the variables
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +21,22 @@ from veri.core import envs
 MANIFEST_FILE = "veri-harness.toml"
 BUNDLE_MOUNT = "/harness"  # where the bundle's code lives inside its image
 OUTPUT_MOUNT = "/veri/output"  # VERI_OUTPUT_DIR inside the sandbox
+# An entrypoint argument ending so (or starting ./) names a file the bundle must hold.
+SCRIPT_SUFFIXES = (".py", ".sh", ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl")
+NPM_SPEC = re.compile(r"(@[a-z0-9][\w.-]*/)?[a-z0-9][\w.-]*(@[\w.^~<>=*|+ -]+)?")
+
+# What to do about each manifest field when it is wrong (shown with the validation error).
+FIELD_FIXES = {
+    "name": 'a lowercase name for the image, e.g. name = "my_harness" (letters, digits, _ . -)',
+    "entrypoint": 'the command run from /harness for each rollout, e.g. entrypoint = ["python", "agent.py"]',
+    "base_image": 'an image on this machine: "veri/base" (Python + openai/anthropic SDKs), '
+                  '"veri/base-claude-agent" (+ Claude Code), or your own (make base-image)',
+    "protocol": 'the SDK the harness speaks: "openai" or "anthropic"',
+    "deps": "a [deps] table with `requirements` (a pip requirements file in the bundle) and/or "
+            '`npm` (a list like ["left-pad@1.3.0"])',
+    "deps.requirements": 'a pip requirements file inside the bundle, e.g. requirements = "requirements.txt"',
+    "deps.npm": 'a list of npm packages, e.g. npm = ["left-pad@1.3.0"]',
+}
 
 
 class HarnessDeps(BaseModel):
@@ -51,7 +68,12 @@ class ManifestError(ValueError):
 
 
 def load_manifest(bundle: Path) -> HarnessManifest:
+    """The bundle's manifest, fully checked: every caller (`veri harness build`, `veri validate`, the
+    local backend) refuses the same bundles. A ManifestError names the field and the fix."""
+    bundle = Path(bundle)
     path = bundle / MANIFEST_FILE
+    if not bundle.is_dir():
+        raise ManifestError(f"{bundle} is not a folder: a harness bundle is a folder with a {MANIFEST_FILE}")
     if not path.is_file():
         raise ManifestError(f"{bundle} has no {MANIFEST_FILE}: create one with at least name and entrypoint, e.g.\n"
                             'name = "my_harness"\nentrypoint = ["python", "agent.py"]')
@@ -62,13 +84,44 @@ def load_manifest(bundle: Path) -> HarnessManifest:
     try:
         manifest = HarnessManifest.model_validate(raw)
     except ValidationError as exc:
-        problems = "\n".join(
-            f"  {'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors()
-        )
-        raise ManifestError(f"{path} is invalid:\n{problems}") from exc
-    if manifest.deps.requirements and not (bundle / manifest.deps.requirements).is_file():
-        raise ManifestError(f"{path}: deps.requirements = {manifest.deps.requirements!r} does not exist in the bundle")
+        raise ManifestError(f"{path} is invalid:\n" + "\n".join(_field_problem(error) for error in exc.errors())) from exc
+    _check_files(bundle, manifest)
     return manifest
+
+
+def _field_problem(error: Any) -> str:
+    field = ".".join(str(p) for p in error["loc"] if not isinstance(p, int))
+    fix = FIELD_FIXES.get(field) or FIELD_FIXES.get(field.split(".")[0])
+    if error["type"] == "extra_forbidden":
+        fix = f"remove it; known fields: {', '.join(_known_fields(field))}"
+    return f"  {field}: {error['msg']}" + (f"\n    fix: {fix}" if fix else "")
+
+
+def _known_fields(field: str) -> list[str]:
+    model: type[BaseModel] = HarnessDeps if field.startswith("deps.") else HarnessManifest
+    return list(model.model_fields)
+
+
+def _check_files(bundle: Path, manifest: HarnessManifest) -> None:
+    """What the manifest names must be in the bundle (the image holds only the bundle)."""
+    path = bundle / MANIFEST_FILE
+    if manifest.deps.requirements:
+        requirements = (bundle / manifest.deps.requirements).resolve()
+        if not requirements.is_relative_to(bundle.resolve()):
+            raise ManifestError(f"{path}: deps.requirements = {manifest.deps.requirements!r} points outside the"
+                                f" bundle\n    fix: {FIELD_FIXES['deps.requirements']}")
+        if not requirements.is_file():
+            raise ManifestError(f"{path}: deps.requirements = {manifest.deps.requirements!r} does not exist in the"
+                                " bundle")
+    for arg in manifest.entrypoint:
+        looks_like_file = arg.startswith("./") or (not arg.startswith("-") and arg.endswith(SCRIPT_SUFFIXES))
+        if looks_like_file and not arg.startswith("/") and not (bundle / arg).exists():
+            raise ManifestError(f"{path}: entrypoint names {arg!r}, which is not in the bundle\n"
+                                f"    fix: add {arg} to {bundle}, or change entrypoint (it runs from {BUNDLE_MOUNT})")
+    for package in manifest.deps.npm:
+        if not NPM_SPEC.fullmatch(package):
+            raise ManifestError(f"{path}: deps.npm entry {package!r} is not an npm package spec\n"
+                                f"    fix: {FIELD_FIXES['deps.npm']}")
 
 
 def rollout_env(

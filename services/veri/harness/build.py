@@ -30,32 +30,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from veri.core.harness import BUNDLE_MOUNT, MANIFEST_FILE, OUTPUT_MOUNT, HarnessManifest, ManifestError, load_manifest
+from veri.core.harness import BUNDLE_MOUNT, OUTPUT_MOUNT, HarnessManifest, load_manifest
 
 BUILDER_VERSION = "1"  # bump when the generated Dockerfile changes: every bundle then gets a new tag
 HARNESS_UID = 1000  # the `harness` user of veri/base
 IGNORED_NAMES = {"__pycache__", ".git", ".hg", ".venv", "venv", "node_modules", ".DS_Store",
                  ".pytest_cache", ".mypy_cache", ".ruff_cache", ".ipynb_checkpoints"}
 IGNORED_SUFFIXES = (".pyc", ".pyo")
-SCRIPT_SUFFIXES = (".py", ".sh", ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl")
 INIT_PROGRAMS = ("tini", "dumb-init", "docker-init")
 LABEL_BUNDLE = "org.veri.bundle"
 LABEL_HASH = "org.veri.bundle-hash"
-
-# What to do about each manifest field when it is wrong (shown with the validation error).
-FIELD_FIXES = {
-    "name": 'a lowercase name for the image, e.g. name = "my_harness" (letters, digits, _ . -)',
-    "entrypoint": 'the command run from /harness for each rollout, e.g. entrypoint = ["python", "agent.py"]',
-    "base_image": 'an image on this machine: "veri/base" (Python + openai/anthropic SDKs), '
-                  '"veri/base-claude-agent" (+ Claude Code), or your own (make base-image)',
-    "protocol": 'the SDK the harness speaks: "openai" or "anthropic"',
-    "deps": "a [deps] table with `requirements` (a pip requirements file in the bundle) and/or "
-            '`npm` (a list like ["left-pad@1.3.0"])',
-    "deps.requirements": 'a pip requirements file inside the bundle, e.g. requirements = "requirements.txt"',
-    "deps.npm": 'a list of npm packages, e.g. npm = ["left-pad@1.3.0"]',
-}
 
 Log = Callable[[str], None]
 
@@ -71,55 +55,6 @@ class BundleEntry:
     kind: str  # "file" | "dir" | "symlink"
     executable: bool = False
     target: str = ""
-
-
-# --- the manifest ------------------------------------------------------------------------------
-
-def check_bundle(bundle: Path) -> HarnessManifest:
-    """The bundle's manifest, validated; a ManifestError names the field and the fix."""
-    bundle = Path(bundle)
-    if not bundle.is_dir():
-        raise ManifestError(f"{bundle} is not a folder: a harness bundle is a folder with a {MANIFEST_FILE}")
-    try:
-        manifest = load_manifest(bundle)
-    except ManifestError as exc:
-        cause = exc.__cause__
-        if isinstance(cause, ValidationError):
-            problems = []
-            for error in cause.errors():
-                field = ".".join(str(p) for p in error["loc"] if not isinstance(p, int))
-                fix = FIELD_FIXES.get(field) or FIELD_FIXES.get(field.split(".")[0])
-                if error["type"] == "extra_forbidden":
-                    fix = f"remove it; known fields: {', '.join(_known_fields(field))}"
-                problems.append(f"  {field}: {error['msg']}" + (f"\n    fix: {fix}" if fix else ""))
-            raise ManifestError(f"{bundle / MANIFEST_FILE} is invalid:\n" + "\n".join(problems)) from cause
-        raise
-    if manifest.deps.requirements:
-        _check_inside(bundle, manifest.deps.requirements, "deps.requirements")
-    for arg in manifest.entrypoint:
-        looks_like_file = arg.startswith("./") or (not arg.startswith("-") and arg.endswith(SCRIPT_SUFFIXES))
-        if looks_like_file and not arg.startswith("/") and not (bundle / arg).exists():
-            raise ManifestError(f"{bundle / MANIFEST_FILE}: entrypoint names {arg!r}, which is not in the bundle\n"
-                                f"    fix: add {arg} to {bundle}, or change entrypoint (it runs from {BUNDLE_MOUNT})")
-    for package in manifest.deps.npm:
-        if not re.fullmatch(r"(@[a-z0-9][\w.-]*/)?[a-z0-9][\w.-]*(@[\w.^~<>=*|+ -]+)?", package):
-            raise ManifestError(f"{bundle / MANIFEST_FILE}: deps.npm entry {package!r} is not an npm package spec\n"
-                                f"    fix: {FIELD_FIXES['deps.npm']}")
-    return manifest
-
-
-def _known_fields(field: str) -> list[str]:
-    model: Any = HarnessManifest
-    if field.startswith("deps."):
-        model = HarnessManifest.model_fields["deps"].annotation
-    return list(model.model_fields)
-
-
-def _check_inside(bundle: Path, rel: str, field: str) -> None:
-    path = (bundle / rel).resolve()
-    if not path.is_relative_to(bundle.resolve()):
-        raise ManifestError(f"{bundle / MANIFEST_FILE}: {field} = {rel!r} points outside the bundle\n"
-                            f"    fix: {FIELD_FIXES[field]}")
 
 
 # --- content hash and tag ----------------------------------------------------------------------
@@ -357,7 +292,7 @@ def build_bundle_image(bundle: Path, client: Any, *, prefix: str = "veri", vendo
 
     log = log or (lambda message: print(message, file=sys.stderr))
     bundle = Path(bundle).resolve()
-    manifest = check_bundle(bundle)
+    manifest = load_manifest(bundle)
     try:
         base = client.images.get(manifest.base_image)
     except docker.errors.ImageNotFound:

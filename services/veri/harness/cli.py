@@ -40,11 +40,10 @@ def _register_debug(commands: argparse._SubParsersAction) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from veri.core.harness import ManifestError
-    from veri.harness.build import check_bundle
+    from veri.core.harness import ManifestError, load_manifest
 
     try:
-        manifest = check_bundle(args.bundle)
+        manifest = load_manifest(args.bundle)
     except ManifestError as error:
         print(f"veri harness check: {error}", file=sys.stderr)
         return 2
@@ -53,11 +52,11 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from veri.core.harness import ManifestError
-    from veri.harness.build import BuildError, build_bundle_image, check_bundle
+    from veri.core.harness import ManifestError, load_manifest
+    from veri.harness.build import BuildError, build_bundle_image
 
     try:
-        check_bundle(args.bundle)
+        load_manifest(args.bundle)
     except ManifestError as error:
         print(f"veri harness build: {error}", file=sys.stderr)
         return 2
