@@ -4,6 +4,9 @@ A bundle is a folder: the manifest, the harness code, and optional dependency li
 installed once when the bundle's image is built (`veri harness build DIR`), never per rollout.
 Each rollout runs `entrypoint` once, from `/harness`, with exactly the variables of
 `rollout_env` and nothing else from the host.
+
+`load_manifest` is the one manifest check: `veri harness build`, `veri validate` (core/checks.py) and
+the local backend all refuse the same bundles, each problem with its fix.
 """
 
 from __future__ import annotations
