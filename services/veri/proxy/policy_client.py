@@ -36,8 +36,8 @@ class PolicyCompletion:
     finish_reason: str  # as the policy sent it: stop | length | repetition (abort and error are raised)
     policy_version: int | None  # None: the backend does not report it (vLLM); the trainer sets it
     logprobs_absent: bool = False  # the reply had no logprobs, or a null among them
-    cached_prompt_tokens: int | None = None  # prefix-cache hits; None: not reported (vLLM needs
-    # --enable-prompt-tokens-details)
+    # Prompt tokens served from the prefix cache; None: not reported (vLLM: --enable-prompt-tokens-details).
+    cached_prompt_tokens: int | None = None
 
 
 class PolicyClient:
