@@ -14,7 +14,7 @@ eval "$("$VERI" stack-env "$CONFIG")"
 model_dir=$VERI_MODELS_DIR/$VERI_MODEL
 if [ ! -f "$model_dir/config.json" ]; then
   case $VERI_MODEL in
-    tiny|smollm2) "$VERI" model "$VERI_MODEL" --out "$model_dir" ;;
+    tiny|tiny-vllm|smollm2) "$VERI" model "$VERI_MODEL" --out "$model_dir" ;;
     *) echo "make train: no model at $model_dir; put a transformers folder there" >&2; exit 1 ;;
   esac
 fi

@@ -15,9 +15,10 @@ from transformers import AutoTokenizer
 from tests.servers import free_port, start_server
 from tests.trainer.conftest import MAX_TOKENS, build_rollouts, write_job
 from veri.core.config import JobConfig, parse_config
+from veri.core.layout import GpuInventory
 from veri.core.validation import load_config
 from veri.trainer.archive import JobArchive
-from veri.trainer.grpo.setup import grpo_config_kwargs, lora_config
+from veri.trainer.grpo.setup import grpo_config_kwargs, lora_config, seat_weight_sync
 from veri.trainer.rewards import RewardScorer, load_reward_functions
 from veri.trainer.rollouts.tasks import task_key
 
@@ -29,16 +30,34 @@ def test_vllm_job_uses_trl_server_mode_against_the_policy(tiny_model, tmp_path):
     from trl import GRPOConfig
 
     config = vllm_job(tiny_model, tmp_path)
+    plan = config.gpu_layout(GpuInventory.nvidia(4))
     kwargs = grpo_config_kwargs(config, output_dir=tmp_path / "ckpt", policy_url="http://policy:8001",
-                                reward_weights=[1.0])
+                                reward_weights=[1.0], plan=plan)
     assert kwargs["use_vllm"] is True and kwargs["vllm_mode"] == "server"
     assert kwargs["vllm_server_base_url"] == "http://policy:8001"
+    assert 1024 <= kwargs["vllm_group_port"] < 65536  # a free port of this host, per job
     assert (kwargs["num_generations"], kwargs["max_steps"], kwargs["temperature"], kwargs["top_p"]) == (4, 7, 0.7, 0.9)
     assert kwargs["reward_weights"] == [1.0] and kwargs["output_dir"] == str(tmp_path / "ckpt")
     args = GRPOConfig(**{**kwargs, "use_cpu": True})  # TRL accepts it (bf16 needs the GPU box)
     assert args.use_vllm and args.vllm_mode == "server" and args.vllm_server_base_url == "http://policy:8001"
     lora = lora_config(config)
     assert lora.r == 8 and lora.lora_alpha == 16 and lora.target_modules == "all-linear"
+
+
+def test_filesystem_sync_builds_trl_without_its_nccl_client(tiny_model, tmp_path):
+    """One GPU or the CPU twin: TRL gets no client of its own (it would open an NCCL group); veri's
+    filesystem sync takes its seat, with TRL's server-mode steps (the sync, the IS correction) on."""
+    config = vllm_job(tiny_model, tmp_path).model_copy(update={"device": "cpu"})
+    plan = config.gpu_layout()
+    kwargs = grpo_config_kwargs(config, output_dir=tmp_path / "ckpt", policy_url="http://policy:8001",
+                                reward_weights=[1.0], plan=plan)
+    assert plan.weight_sync == "filesystem"
+    assert kwargs["use_vllm"] is False and "vllm_server_base_url" not in kwargs
+    assert kwargs["use_cpu"] is True and kwargs["bf16"] is False  # float32, as the CPU twin serves
+    trainer = SimpleNamespace(use_vllm=False)
+    sync = SimpleNamespace(sync_weights=lambda: None)
+    seat_weight_sync(trainer, sync)
+    assert trainer.use_vllm and trainer.vllm_generation is sync and trainer._last_loaded_step == -1
 
 
 def vllm_job(model: Path, folder: Path) -> JobConfig:

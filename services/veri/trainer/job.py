@@ -12,14 +12,18 @@ must sample with the job's sampling settings and max_tokens_per_call (they are n
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from veri.core import envs
 from veri.core.config import Backend, JobConfig
 from veri.core.dataset import read_dataset
+from veri.core.layout import GpuLayout, LayoutError, WeightSync, plan_from_env
 from veri.launcher.errors import LauncherError
 from veri.proxy.control_client import ControlClient
 from veri.trainer.archive import JobArchive, latest_checkpoint, prepare_resume
@@ -28,7 +32,7 @@ from veri.trainer.gpu_stack import gpu_stack_problems
 from veri.trainer.grpo.rewards import trl_reward_funcs
 from veri.trainer.grpo.rollout_func import HarnessRollouts
 from veri.trainer.grpo.rows import MaskedRow
-from veri.trainer.grpo.setup import build_trainer, grpo_config_kwargs
+from veri.trainer.grpo.setup import build_trainer, grpo_config_kwargs, seat_weight_sync
 from veri.trainer.rewards import RewardScorer, load_reward_functions
 from veri.trainer.rollouts.collect import GroupCollector, LaunchSettings
 from veri.trainer.rollouts.runner import BackendRunner, RolloutRunner, launcher_runner, sandbox_backend
@@ -37,12 +41,14 @@ from veri.trainer.ui.bars import TrainingBars, use_bars
 from veri.trainer.ui.progress import StepMetricsCallback, StepProgress
 from veri.trainer.weights.policy_admin import PolicyAdmin
 from veri.trainer.weights.sync import HfWeightSync, PolicyVersions
+from veri.trainer.weights.vllm_admin import VllmAdmin
+from veri.trainer.weights.vllm_sync import FilesystemSync, TimedSync
 
 
 @dataclass(frozen=True)
 class TrainOptions:
     proxy_url: str  # the capture proxy's control routes, as the trainer reaches them
-    policy_url: str  # hf: its /update_weights; vllm: the server TRL syncs weights to
+    policy_urls: list[str]  # hf: the one server (its /update_weights); vllm: every server of the plan
     output_root: Path
     job_name: str
     sandbox: str = "local"  # local | docker (in this process) | launcher (the launcher service)
@@ -50,6 +56,7 @@ class TrainOptions:
     launcher_url: str | None = None  # launcher: the service's URL (it writes outputs where this process reads)
     control_token: str | None = None
     resume: bool = False
+    weight_sync_timeout_s: float = 600.0  # vLLM filesystem sync: a server that has not loaded the weights by then fails the step
 
 
 @dataclass(frozen=True)
@@ -77,21 +84,24 @@ def run_job(config: JobConfig, options: TrainOptions) -> Path:
     """Train; returns the final model folder."""
     if config.backend == Backend.VLLM and (problems := gpu_stack_problems()):
         raise JobError("the vLLM backend needs the GPU stack's versions:\n  " + "\n  ".join(problems))
+    plan = _plan(config) if config.backend == Backend.VLLM else None
     settings = _launch_settings(config, options)
     _check_reachable(options)
     with JobArchive(options.output_root, options.job_name) as archive:
         folders = JobFolders(archive.dir)
         checkpoint = _line_up(archive, folders, options.resume)
         archive.log(f"job {options.job_name}: backend {config.backend}, sandbox {options.sandbox},"
-                    f" proxy {options.proxy_url}, policy {options.policy_url}")
-        trainer = _train(config, options, settings, archive, folders, checkpoint)
+                    f" proxy {options.proxy_url}, policy {', '.join(options.policy_urls)}")
+        if plan is not None:
+            archive.log("GPU plan: " + plan.describe())
+        trainer = _train(config, options, settings, archive, folders, checkpoint, plan)
         final = _save_final(trainer, folders.model)
         archive.log(f"done: final model in {final}")
         return final
 
 
 def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, archive: JobArchive,
-           folders: JobFolders, checkpoint: Path | None) -> Any:
+           folders: JobFolders, checkpoint: Path | None, plan: GpuLayout | None) -> Any:
     from transformers import AutoTokenizer
 
     tasks = read_dataset(config.dataset)
@@ -108,7 +118,7 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
     )
     callbacks: list[Any] = []
     if config.backend == Backend.HF:
-        callbacks.append(HfWeightSync(PolicyAdmin(options.policy_url), folders.weights, versions,
+        callbacks.append(HfWeightSync(PolicyAdmin(options.policy_urls[0]), folders.weights, versions,
                                       report=archive.log, timing=progress.timing))
     callbacks.append(StepMetricsCallback(progress))  # after the sync: see `ui.progress`
     reward_funcs, reward_weights = trl_reward_funcs(functions)
@@ -119,16 +129,41 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
             max_parallel_rollouts=config.max_parallel_rollouts,
             announce_to=control if config.backend == Backend.VLLM else None,
         )
-        args = grpo_config_kwargs(config, output_dir=folders.checkpoints, policy_url=options.policy_url,
-                                  reward_weights=reward_weights)
+        args = grpo_config_kwargs(config, output_dir=folders.checkpoints, reward_weights=reward_weights, plan=plan,
+                                  policy_url=options.policy_urls[0])
+        if plan is not None and plan.weight_sync == WeightSync.NCCL:
+            # TRL's client joins vLLM's NCCL group at this address; in a container on an internal network
+            # vLLM's own guess (a route to the internet) finds none.
+            os.environ.setdefault("VLLM_HOST_IP", socket.gethostbyname(socket.gethostname()))
         trainer = build_trainer(config, args=args, tokenizer=tokenizer, dataset=trl_dataset(tasks),
                                 rollout_func=rollouts, reward_funcs=reward_funcs, callbacks=callbacks)
+        if plan is not None:
+            _attach_vllm_sync(trainer, plan, options, folders, archive, progress)
         use_bars(trainer, bars)
         try:
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         finally:  # also when interrupted: leave the terminal clean
             bars.stop()
     return trainer
+
+
+def _plan(config: JobConfig) -> GpuLayout:
+    """The plan `make train` made before the stack started (VERI_GPU_PLAN); a trainer run by hand, outside
+    the stack, plans here (it then sees the whole machine)."""
+    try:
+        return plan_from_env() if os.environ.get(envs.VERI_GPU_PLAN) else config.gpu_layout()
+    except LayoutError as error:
+        raise JobError(str(error)) from error
+
+
+def _attach_vllm_sync(trainer: Any, plan: GpuLayout, options: TrainOptions, folders: JobFolders,
+                      archive: JobArchive, progress: StepProgress) -> None:
+    if plan.weight_sync == WeightSync.NCCL:
+        trainer.vllm_generation = TimedSync(trainer.vllm_generation, progress.timing)
+        return
+    servers = [VllmAdmin(url, timeout_s=options.weight_sync_timeout_s) for url in options.policy_urls]
+    seat_weight_sync(trainer, FilesystemSync(trainer, servers, folders.weights, report=archive.log,
+                                             timing=progress.timing))
 
 
 def _runner(options: TrainOptions, folders: JobFolders) -> RolloutRunner:
@@ -174,7 +209,7 @@ def _save_final(trainer: Any, folder: Path) -> Path:
 
 
 def _check_reachable(options: TrainOptions) -> None:
-    for name, url in (("capture proxy", options.proxy_url), ("policy server", options.policy_url)):
+    for name, url in (("capture proxy", options.proxy_url), *(("policy server", url) for url in options.policy_urls)):
         try:
             httpx.get(f"{url.rstrip('/')}/health", timeout=10).raise_for_status()
         except httpx.HTTPError as error:

@@ -2,17 +2,28 @@
 
 The config is the job's (`JobConfig.grpo_config_kwargs`: veri's knobs, the backend's defaults, the
 `grpo:` pass-through) plus what only the trainer knows: the checkpoint folder, the reward weights
-and, for vLLM, the policy server TRL syncs weights to. `TRAINER_DEFAULTS` apply where the job's
-`grpo:` section says nothing.
+and, for vLLM, where and how the weights go (the plan's weight sync, `weights.vllm_sync`).
+`TRAINER_DEFAULTS` apply where the job's `grpo:` section says nothing.
+
+vLLM, either sync: TRL runs in server mode, so its vLLM-only steps run: the sync before each step's
+rollouts and the importance-sampling correction (`vllm_importance_sampling_correction`, on by default:
+the served logprobs against the trainer's; its ratio lands in the step metrics under
+train/sampling/importance_sampling_ratio/*). Generation never goes through TRL: the harnesses call the
+proxy. nccl: TRL's own client syncs (it joins vLLM's NCCL group from this container's address).
+filesystem: TRL is built without its client (which would open an NCCL group) and `seat_weight_sync`
+puts veri's sync in its place.
 """
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from veri.core.config import Backend, JobConfig
+from veri.core.layout import GpuLayout, PolicyDevice, WeightSync
+from veri.trainer.weights.vllm_sync import SyncSeat
 
 TRAINER_DEFAULTS: dict[str, Any] = {
     "logging_steps": 1,  # one metrics line per step in the archive
@@ -23,15 +34,39 @@ TRAINER_DEFAULTS: dict[str, Any] = {
 
 
 def grpo_config_kwargs(
-    config: JobConfig, *, output_dir: Path, policy_url: str, reward_weights: list[float]
+    config: JobConfig, *, output_dir: Path, reward_weights: list[float], plan: GpuLayout | None = None,
+    policy_url: str | None = None,
 ) -> dict[str, Any]:
+    """`plan` and `policy_url` (the first policy server): vLLM jobs only."""
     kwargs = {**TRAINER_DEFAULTS, **config.grpo_config_kwargs()}
     kwargs |= {"output_dir": str(output_dir), "reward_weights": reward_weights}
-    if config.backend == Backend.VLLM:
-        # TRL's server mode: it pushes weights over NCCL through vLLM's weight-transfer routes before each
-        # step's rollouts. Generation itself never goes through TRL: the harnesses call the proxy.
-        kwargs["vllm_server_base_url"] = policy_url
+    if config.backend != Backend.VLLM:
+        return kwargs
+    assert plan is not None and policy_url is not None, "a vLLM job needs its plan and policy server"
+    if plan.device == PolicyDevice.CPU:
+        kwargs |= {"use_cpu": True, "bf16": False}  # float32, as the CPU twin serves it
+    if plan.weight_sync == WeightSync.FILESYSTEM:
+        kwargs["use_vllm"] = False  # no TRL client, no NCCL group: `seat_weight_sync` turns server mode on
+    else:
+        kwargs |= {"vllm_server_base_url": policy_url, "vllm_group_port": free_port()}
     return kwargs
+
+
+def seat_weight_sync(trainer: Any, sync: SyncSeat) -> None:
+    """Turn TRL's server-mode steps on for a trainer built without TRL's vLLM client, with `sync` as its
+    client: TRL 1.16 gates them on `use_vllm` and calls `vllm_generation.sync_weights()` when
+    `global_step` moved past `_last_loaded_step` (GRPOTrainer._generate_and_score_completions)."""
+    trainer.use_vllm = True
+    trainer.vllm_generation = sync
+    trainer._last_loaded_step = -1
+
+
+def free_port() -> int:
+    """A port for TRL's weight-sync group, free here: the trainer is the group's rank 0 and listens on it,
+    so two jobs on one host never share one."""
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return int(probe.getsockname()[1])
 
 
 def lora_config(config: JobConfig) -> Any:

@@ -4,8 +4,8 @@ A step's metrics are written once its optimizer step is done and before TRL may 
 archive's commit point must precede the checkpoint, see `archive`): in `on_log` when TRL logs that
 step (loss, grad norm, KL, entropy... under `train/`), else in `on_step_end`. HF's callback order makes
 both precede the save: on_step_end -> log (on_log) -> save. Timings (seconds): rollout and reward (the
-rollout function), weight_sync (the hf push), train (rollouts done -> optimizer step done, the sync
-excluded).
+rollout function), weight_sync (hf: the push after the optimizer step; vLLM: the sync that loaded this
+step's weights, before its rollouts), train (rollouts done -> optimizer step done, an hf push excluded).
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ class StepProgress:
         self.archive = archive
         self.display = display or PlainDisplay()
         self.current: StepRecord | None = None
+        self.upcoming: dict[str, float] = {}  # timings taken before the step's rollouts (a vLLM weight sync)
 
     def rollouts_started(self, step: int, total: int) -> None:
         self.display.rollouts_started(step, total)
@@ -79,11 +80,15 @@ class StepProgress:
     def begin(self, step: int, records: list[RolloutRecord], timings: dict[str, float],
               extra: dict[str, float | int]) -> None:
         self.flush()
-        self.current = StepRecord(step, records, dict(timings), time.monotonic(), dict(extra))
+        self.current = StepRecord(step, records, {**self.upcoming, **timings}, time.monotonic(), dict(extra))
+        self.upcoming = {}
 
     def timing(self, name: str, seconds: float) -> None:
+        """A timing of the current step; between steps (TRL syncs vLLM before a step's rollouts), of the next."""
         if self.current is not None:
             self.current.timings[name] = seconds
+        else:
+            self.upcoming[name] = seconds
 
     def trained(self) -> None:
         """Called after the weight sync's on_step_end (the sync's own time is not training)."""

@@ -1,0 +1,47 @@
+"""Client for a vLLM policy server's weight routes (vLLM's dev routes: `VLLM_SERVER_DEV_MODE=1`).
+
+    reload_weights(folder)   POST /collective_rpc {"method": "veri_reload_weights", "args": [folder]}:
+                             every worker loads the folder's safetensors (veri.policy.vllm.worker)
+    reset_prefix_cache()     POST /reset_prefix_cache: no cached prefix computed with the old weights
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from veri.core.http import HttpCallError, JsonClient
+
+RELOAD_METHOD = "veri_reload_weights"  # veri.policy.vllm.worker.WeightReloadExtension
+RESET_TRIES = 5  # vLLM refuses a reset while blocks are held (a request just finishing): try again
+
+
+class VllmAdminError(HttpCallError):
+    """A vLLM policy server refused or missed a weight call (see veri.core.http for the message)."""
+
+
+class VllmAdmin:
+    def __init__(self, base_url: str, *, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._json = JsonClient(base_url, service="vLLM policy server", timeout_s=timeout_s, error=VllmAdminError,
+                                unreachable_fix="is it running? `make logs` shows its log")
+
+    @property
+    def base_url(self) -> str:
+        return self._json.base_url
+
+    def reload_weights(self, folder: Path) -> list[dict[str, Any]]:
+        """Every worker's answer (`veri_reload_weights`: folder, fingerprint, what it re-tied)."""
+        body = {"method": RELOAD_METHOD, "args": [str(folder)], "timeout": self.timeout_s}
+        return list(self._json.call("POST", "/collective_rpc", json=body)["results"])
+
+    def reset_prefix_cache(self) -> bool:
+        for attempt in range(RESET_TRIES):
+            if self._json.call("POST", "/reset_prefix_cache")["success"]:
+                return True
+            time.sleep(0.2 * (attempt + 1))
+        return False
+
+    def close(self) -> None:
+        self._json.close()
