@@ -10,7 +10,9 @@ VERI=${VERI:-.venv/bin/veri}
 project=${VERI_PROJECT:-veri}
 name=${NAME:-$(basename "${CONFIG%.*}")}
 
-eval "$("$VERI" stack-env "$CONFIG")"
+# The job's stack settings; a vLLM job's plan is made here, once, and printed (stack-env's stderr).
+settings=$("$VERI" stack-env "$CONFIG")
+eval "$settings"
 model_dir=$VERI_MODELS_DIR/$VERI_MODEL
 if [ ! -f "$model_dir/config.json" ]; then
   case $VERI_MODEL in
@@ -19,6 +21,17 @@ if [ ! -f "$model_dir/config.json" ]; then
   esac
 fi
 "$VERI" validate "$CONFIG"
+if [ "$VERI_POLICY_BACKEND" = vllm ]; then
+  # The vLLM images: the CPU twin is (re)built offline here when its inputs changed (veri's code is in
+  # it); the GPU ones need their wheels vendored online first.
+  for wanted in $(sed -n 's/^ *"image": "\(.*\)",*$/\1/p' "${COMPOSE_FILE#*:}" | sort -u); do
+    case $wanted in
+      */vllm-cpu|*/trainer-cpu) make --no-print-directory images-vllm-cpu ;;
+      *) docker image inspect "$wanted" >/dev/null 2>&1 \
+           || { echo "make train: no image $wanted: run make vendor-gpu (online, once), then make images-gpu" >&2; exit 1; } ;;
+    esac
+  done
+fi
 image=$("$VERI" harness build "$VERI_BUNDLE" | tail -n 1)
 scripts/stack/up.sh
 state=$(realpath -m "${VERI_STATE_DIR:-build/state}")
@@ -37,7 +50,7 @@ container="$project-train-$(tr -c 'a-zA-Z0-9_.-' '-' <<<"$name" | sed 's/-*$//')
 status=0
 $COMPOSE -p "$project" run --rm --name "$container" -e VERI_RESUME_COMMAND="$resume" trainer \
   veri train "$CONFIG" --name "$name" \
-  --output /state/jobs --proxy-url http://proxy:8000 --policy-url http://policy:8001 \
+  --output /state/jobs --proxy-url http://proxy:8000 --policy-url "${VERI_POLICY_URLS:-http://policy:8001}" \
   --sandbox launcher --launcher-url http://launcher:8002 --image "$image" ${RESUME:+--resume} || status=$?
 if [ "$status" != 0 ] && { [ -n "$stopped" ] || [ "$status" = 130 ]; }; then
   # compose v2 sometimes returns without passing the signal on (a race in its signal proxy): the

@@ -102,6 +102,8 @@ def _policy_service(
     if plan.device == PolicyDevice.CUDA:
         service["deploy"] = _gpus(server.cuda_visible_devices)
         service["ipc"] = "host"  # vLLM's workers share tensors over /dev/shm (TP, DP)
+    else:
+        service["shm_size"] = "1g"  # vLLM's engine wants ~160 MiB of /dev/shm; docker gives 64 MiB
     return service
 
 

@@ -1,0 +1,61 @@
+"""`veri stack-env` for a vLLM job: the plan made once, the policy services generated from it, and what
+the proxy and the trainer are told."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from tests.trainer.conftest import write_job
+from veri.appliance.policy_compose import compose_override, images_for, policy_urls
+from veri.appliance.stack_env import stack_env
+from veri.core.config import parse_config
+from veri.core.layout import GpuInventory, GpuLayout
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_cpu_twin_job_gets_two_vllm_servers_and_the_plan(tmp_path):
+    values = stack_env(REPO / "config/url_extract_vllm_cpu.yaml", tmp_path)
+    base, override = values["COMPOSE_FILE"].split(":")
+    assert base == "compose.yaml" and Path(override) == tmp_path / "compose.policy.yaml"
+    services = json.loads(Path(override).read_text())["services"]
+    assert set(services) == {"policy", "policy-1", "proxy", "trainer"}
+    assert values["VERI_POLICY_URLS"] == "http://policy:8001,http://policy-1:8001"
+    assert values["VERI_POLICY_DP_RANKS"] == "1"  # one server per replica: no rank header
+    for name in ("policy", "policy-1"):
+        command = services[name]["command"]
+        assert services[name]["image"] == "veri/vllm-cpu" and command[:3] == ["vllm", "serve", "/models/tiny-vllm"]
+        assert "--worker-extension-cls" in command and "--weight-transfer-config" not in command
+        assert command[command.index("--dtype") + 1] == "float32"
+        assert "deploy" not in services[name]  # no GPU
+    assert services["proxy"]["depends_on"] == {"policy": {"condition": "service_healthy"},
+                                               "policy-1": {"condition": "service_healthy"}}
+    plan = GpuLayout.from_json(services["trainer"]["environment"]["VERI_GPU_PLAN"])
+    assert services["trainer"]["image"] == "veri/trainer-cpu"
+    assert plan == GpuLayout.from_json(values["VERI_GPU_PLAN"]) and plan.data_parallel_size == 2
+
+
+def test_an_hf_job_keeps_the_base_stack(tmp_path):
+    values = stack_env(REPO / "config/url_extract_tiny.yaml", tmp_path)
+    assert values["COMPOSE_FILE"] == "compose.yaml" and values["VERI_POLICY_URLS"] == ""
+    assert not (tmp_path / "compose.policy.yaml").exists()
+
+
+def test_four_gpus_one_server_with_vllm_dp_and_devices_per_container(tiny_model, tmp_path):
+    raw = yaml.safe_load(write_job(tmp_path, tiny_model, backend="vllm", vllm_data_parallel_size=3,
+                                   vllm_tensor_parallel_size=1).read_text())
+    config = parse_config(raw, base_dir=tmp_path)
+    plan = config.gpu_layout(GpuInventory.nvidia(4))
+    services = compose_override(plan, model="/models/tiny", images=images_for(plan))["services"]
+    assert set(services) == {"policy", "proxy", "trainer"} and policy_urls(plan) == ["http://policy:8001"]
+    policy, trainer = services["policy"], services["trainer"]
+    assert policy["image"] == "veri/vllm" and trainer["image"] == "veri/trainer-gpu"
+    devices = policy["deploy"]["resources"]["reservations"]["devices"][0]
+    assert devices["device_ids"] == ["1", "2", "3"] and devices["capabilities"] == ["gpu"]
+    assert trainer["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["0"]
+    command = policy["command"]
+    assert command[command.index("--data-parallel-size") + 1] == "3"
+    assert command[command.index("--weight-transfer-config") + 1] == '{"backend": "nccl"}'  # TRL's NCCL sync

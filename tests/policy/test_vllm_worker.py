@@ -1,0 +1,48 @@
+"""veri's vLLM worker extension re-ties what vLLM's layerwise reload untied (veri.policy.vllm.worker).
+
+The real thing runs in `tests/stack/test_train_vllm.py` (vLLM's CPU build); here the tie logic alone,
+on a module shaped like vLLM's tied lm_head: the head's weight *is* the embedding's, and the head keeps
+derived state (vLLM's CPU build: a prepared GEMM) that its quant method rebuilds after loading."""
+
+from __future__ import annotations
+
+import torch
+
+from veri.policy.vllm.worker import shared_parameters, tie_again
+
+
+class PrepareGemm:
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        layer.prepared = layer.weight.detach().clone()
+
+
+class Head(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.quant_method = PrepareGemm()
+
+
+class TiedModel(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed_tokens = torch.nn.Embedding(8, 4)
+        self.body = torch.nn.Linear(4, 4)
+        self.lm_head = Head()
+        self.lm_head.weight = self.embed_tokens.weight
+        self.lm_head.quant_method.process_weights_after_loading(self.lm_head)
+
+
+def test_a_reloaded_embedding_is_the_head_again_with_its_state_rebuilt():
+    model = TiedModel()
+    ties = shared_parameters(model)
+    assert ties == [["embed_tokens.weight", "lm_head.weight"]]
+    # what vLLM's layerwise reload does: the loaded layer gets a fresh parameter; the head keeps the old
+    model.embed_tokens.weight = torch.nn.Parameter(torch.full((8, 4), 2.0))
+    assert model.lm_head.weight is not model.embed_tokens.weight
+    assert tie_again(model, ties) == ["lm_head.weight"]
+    assert model.lm_head.weight is model.embed_tokens.weight
+    assert torch.equal(model.lm_head.prepared, torch.full((8, 4), 2.0))
+
+
+def test_untied_models_have_nothing_to_tie():
+    assert shared_parameters(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))) == []
