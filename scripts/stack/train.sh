@@ -62,9 +62,7 @@ if [ "$status" != 0 ] && { [ -n "$stopped" ] || [ "$status" = 130 ]; }; then
   timeout 70 docker wait "$container" >/dev/null 2>&1 || true
   docker rm -f "$container" >/dev/null 2>&1 || true
   job=$state/jobs/$name
-  # the last complete checkpoint (TRL writes trainer_state.json last)
-  checkpoint=$(ls "$job"/checkpoints/checkpoint-*/trainer_state.json 2>/dev/null | sort -V | tail -n 1 || true)
-  checkpoint=${checkpoint%/trainer_state.json}
+  checkpoint=$("$VERI" job status "$job" --field checkpoint 2>/dev/null || true)
   echo "make train: stopped; last checkpoint: ${checkpoint:-none yet (RESUME=1 starts over at step 0)};" \
     "job folder $job; continue with: $resume" >&2
   exit 130

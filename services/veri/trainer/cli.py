@@ -107,11 +107,12 @@ def _run_train(args: argparse.Namespace) -> int:
 
 def stopped_message(job_dir: Path, resume_command: str) -> str:
     """One line: the step it stopped in, the checkpoint a resume starts from, the command."""
-    from veri.trainer.archive import checkpoint_step, latest_checkpoint, read_metrics
+    from veri.trainer.archive import ArchiveLayout, checkpoint_step, latest_checkpoint, read_metrics
 
-    done = read_metrics(job_dir / "metrics.jsonl")
+    layout = ArchiveLayout(job_dir)
+    done = read_metrics(layout.metrics)
     step = done[-1]["step"] + 1 if done else 0
-    checkpoint = latest_checkpoint(job_dir / "checkpoints")
+    checkpoint = latest_checkpoint(layout.checkpoints)
     kept = (f"checkpoint kept: {checkpoint} (resuming restarts at step {checkpoint_step(checkpoint)})"
             if checkpoint else "no checkpoint yet (resuming starts over at step 0)")
     return f"veri train: stopped in step {step}, its sandboxes removed; {kept}; continue with: {resume_command}"

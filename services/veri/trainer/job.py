@@ -1,12 +1,8 @@
 """One training job, start to end: the pieces built once, TRL's loop run, the final model saved.
 
-Folders, under <output_root>/<job_name>/ (the archive's own layout: `archive.layout`):
-    checkpoints/    TRL's output_dir: checkpoint-<N>/ to resume from
-    weights/        hf only: the weights of the latest step, read by the policy server (same path there)
-    outputs/        each rollout's VERI_OUTPUT_DIR (in-process sandboxes; the launcher service writes
-                    <its output root>/<job name>/ instead, which this process must see at the same path)
-    model/          the final model: a transformers folder (LoRA merged in)
-The policy server and the capture proxy run already (their URLs come in `TrainOptions`); the proxy
+The job's folder is <output_root>/<job_name>/, laid out by `archive.layout.ArchiveLayout` (archive,
+checkpoints, the weights the policy servers load, which they must see at the same path, outputs, the
+final model). The policy server and the capture proxy run already (their URLs come in `TrainOptions`); the proxy
 must sample with the job's sampling settings and max_tokens_per_call (they are not sent per call).
 """
 
@@ -26,7 +22,7 @@ from veri.core.dataset import read_dataset
 from veri.core.layout import GpuLayout, LayoutError, WeightSync, plan_from_env
 from veri.launcher.errors import LauncherError
 from veri.proxy.control_client import ControlClient
-from veri.trainer.archive import JobArchive, latest_checkpoint, prepare_resume
+from veri.trainer.archive import ArchiveLayout, JobArchive, latest_checkpoint, prepare_resume
 from veri.trainer.errors import JobError
 from veri.trainer.gpu_stack import gpu_stack_problems
 from veri.trainer.grpo.rewards import trl_reward_funcs
@@ -59,27 +55,6 @@ class TrainOptions:
     weight_sync_timeout_s: float = 600.0  # vLLM filesystem sync: a server that has not loaded the weights by then fails the step
 
 
-@dataclass(frozen=True)
-class JobFolders:
-    root: Path
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
-
-    @property
-    def weights(self) -> Path:
-        return self.root / "weights"
-
-    @property
-    def outputs(self) -> Path:
-        return self.root / "outputs"
-
-    @property
-    def model(self) -> Path:
-        return self.root / "model"
-
-
 def run_job(config: JobConfig, options: TrainOptions) -> Path:
     """Train; returns the final model folder."""
     if config.backend == Backend.VLLM and (problems := gpu_stack_problems()):
@@ -88,7 +63,7 @@ def run_job(config: JobConfig, options: TrainOptions) -> Path:
     settings = _launch_settings(config, options)
     _check_reachable(options)
     with JobArchive(options.output_root, options.job_name) as archive:
-        folders = JobFolders(archive.dir)
+        folders = archive.layout
         checkpoint = _line_up(archive, folders, options.resume)
         archive.log(f"job {options.job_name}: backend {config.backend}, sandbox {options.sandbox},"
                     f" proxy {options.proxy_url}, policy {', '.join(options.policy_urls)}")
@@ -101,7 +76,7 @@ def run_job(config: JobConfig, options: TrainOptions) -> Path:
 
 
 def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, archive: JobArchive,
-           folders: JobFolders, checkpoint: Path | None, plan: GpuLayout | None) -> Any:
+           folders: ArchiveLayout, checkpoint: Path | None, plan: GpuLayout | None) -> Any:
     from transformers import AutoTokenizer
 
     tasks = read_dataset(config.dataset)
@@ -156,7 +131,7 @@ def _plan(config: JobConfig) -> GpuLayout:
         raise JobError(str(error)) from error
 
 
-def _attach_vllm_sync(trainer: Any, plan: GpuLayout, options: TrainOptions, folders: JobFolders,
+def _attach_vllm_sync(trainer: Any, plan: GpuLayout, options: TrainOptions, folders: ArchiveLayout,
                       archive: JobArchive, progress: StepProgress) -> None:
     if plan.weight_sync == WeightSync.NCCL:
         trainer.vllm_generation = TimedSync(trainer.vllm_generation, progress.timing)
@@ -166,7 +141,7 @@ def _attach_vllm_sync(trainer: Any, plan: GpuLayout, options: TrainOptions, fold
                                              timing=progress.timing))
 
 
-def _runner(options: TrainOptions, folders: JobFolders) -> RolloutRunner:
+def _runner(options: TrainOptions, folders: ArchiveLayout) -> RolloutRunner:
     if options.sandbox == "launcher":
         if not options.launcher_url:
             raise JobError("--sandbox launcher needs --launcher-url")
@@ -190,7 +165,7 @@ def _launch_settings(config: JobConfig, options: TrainOptions) -> LaunchSettings
     )
 
 
-def _line_up(archive: JobArchive, folders: JobFolders, resume: bool) -> Path | None:
+def _line_up(archive: JobArchive, folders: ArchiveLayout, resume: bool) -> Path | None:
     """The checkpoint to resume from (None: step 0); refuses to start over an existing job unasked."""
     if resume:
         return prepare_resume(archive, folders.checkpoints)

@@ -1,4 +1,5 @@
-"""Where a job archive keeps its files, and the crash-safe ways it writes and reads them.
+"""Where a job keeps its files (`ArchiveLayout`, the one owner of the job folder's layout), and the
+crash-safe ways the archive writes and reads them.
 
     <root>/<job_name>/
         trajectories/step-<N>/task-<M>/rollout-<K>.json   one RolloutRecord (its JSON, as `veri debug` reads)
@@ -8,6 +9,11 @@
         index.sqlite                                       the console's index (rebuildable from the files)
         tensorboard/                                       TensorBoard event files (when tensorboard is installed)
         incomplete/step-<N>[~i]/ , incomplete/metrics.jsonl  steps set aside on resume (never deleted)
+        checkpoints/checkpoint-<N>/                        TRL's output_dir: what a resume starts from
+        weights/step-<N>/                                  the weights the policy servers load (a sync's folder)
+        outputs/<rollout_id>/                              in-process sandboxes' VERI_OUTPUT_DIR (the launcher
+                                                           service writes <its output root>/<job name>/ instead)
+        model/                                             the final model: a transformers folder (LoRA merged)
 
 Writes are atomic: a file is written to a temp file in its own folder (name starting with "." and
 ending ".tmp", so no reader's pattern matches it), fsynced, then `os.replace`d into place. JSONL lines
@@ -34,7 +40,7 @@ TEMP_SUFFIX = ".tmp"
 
 @dataclass(frozen=True)
 class ArchiveLayout:
-    """The paths of one job's archive folder."""
+    """The paths of one job's folder: the archive, and what the trainer keeps beside it."""
 
     dir: Path
 
@@ -65,6 +71,22 @@ class ArchiveLayout:
     @property
     def incomplete(self) -> Path:
         return self.dir / "incomplete"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.dir / "checkpoints"
+
+    @property
+    def weights(self) -> Path:
+        return self.dir / "weights"
+
+    @property
+    def outputs(self) -> Path:
+        return self.dir / "outputs"
+
+    @property
+    def model(self) -> Path:
+        return self.dir / "model"
 
     def step_dir(self, step: int) -> Path:
         return self.trajectories / f"step-{step}"
