@@ -83,6 +83,8 @@ def test_served_logprobs_follow_the_trained_weights(vllm_job):
             ratio = line[f"train/sampling/importance_sampling_ratio/{bound}"]
             assert abs(ratio - 1.0) <= IS_RATIO_TOLERANCE, line
         assert line["time/weight_sync_s"] > 0
+        assert line["replica/0/requests"] == line["replica/1/requests"] == 4
+        assert 0.0 <= line["replica/0/prefix_cache_hit_rate"] <= 1.0
     # ...and those weights moved: step 1's served logprobs are not the original model's.
     original = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
     span = _records(job, 1)[0].spans[0]

@@ -15,6 +15,9 @@
     tokens/completion_mean                          sampled tokens per row
     turns/mean, turns/max                           spans (model calls) per rollout
     policy_version/min, /max, /distinct             over every span of the step
+    replica/<i>/requests, replica/<i>/prefix_cache_hit_rate
+                                                    per policy replica the proxy pinned rollouts to: model
+                                                    calls it served, cached / prompt tokens (when reported)
     time/<name>_s                                   each timing given (rollout, reward, train, weight_sync)
     time/step_s                                     timings["step"] when given, else the sum of the others
 """
@@ -84,8 +87,21 @@ def step_metrics(records: list[RolloutRecord], timings: dict[str, float]) -> Met
             "policy_version/distinct": len(versions),
         }
 
+    metrics |= _replica_metrics([span for record in records for span in record.spans])
     metrics |= {f"time/{name}_s": float(seconds) for name, seconds in timings.items() if name != "step"}
     metrics["time/step_s"] = float(timings["step"]) if "step" in timings else float(sum(timings.values()))
+    return metrics
+
+
+def _replica_metrics(spans: list[Any]) -> Metrics:
+    metrics: Metrics = {}
+    for replica in sorted({span.replica for span in spans if span.replica is not None}):
+        served = [span for span in spans if span.replica == replica]
+        metrics[f"replica/{replica}/requests"] = len(served)
+        reported = [span for span in served if span.cached_prompt_tokens is not None]
+        prompt = sum(len(span.prompt_token_ids or ()) for span in reported)
+        if prompt:
+            metrics[f"replica/{replica}/prefix_cache_hit_rate"] = sum(s.cached_prompt_tokens for s in reported) / prompt
     return metrics
 
 
