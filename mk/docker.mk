@@ -2,6 +2,7 @@
 #   make docker    dockerd + runsc ready (installs them only where that is safe: scripts/docker/setup.sh)
 #   make vendor    the one online step: pip wheels, npm tarballs, the Debian rootfs -> vendor/
 #   make images    veri/os-base, veri/base, veri/base-claude-agent, veri/runtime, offline, from vendor/
+#   (the vLLM images have their own targets: mk/vllm_cpu.mk images-vllm-cpu, mk/gpu.mk images-gpu)
 #   make base-image NAME=my/base DOCKERFILE=path/Dockerfile [EXTRA_CA=ca.pem] [BUILD_ARGS="K=V ..."]
 # Air-gapped: `make vendor` where the registries are reachable, copy the tree (with vendor/), then
 # `make images` offline. BASE_OS_IMAGE=<image> replaces the debootstrap OS base (it must have
@@ -54,6 +55,8 @@ base-image: docker
 		$(CURDIR)/scripts/docker/build-image.sh $(NAME) $(notdir $(DOCKERFILE)) .
 
 images-clean:
+	-docker image rm $(IMAGE_PREFIX)/trainer-cpu $(IMAGE_PREFIX)/vllm-cpu $(IMAGE_PREFIX)/vllm-cpu-deps \
+		$(IMAGE_PREFIX)/trainer-gpu $(IMAGE_PREFIX)/vllm 2>/dev/null
 	-docker image rm $(IMAGE_PREFIX)/runtime $(IMAGE_PREFIX)/base-claude-agent $(IMAGE_PREFIX)/base $(IMAGE_PREFIX)/os-base
 
 # The sandbox tests (tests/sandbox) need dockerd + runsc and the images; verified from scratch

