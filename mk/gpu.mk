@@ -1,0 +1,32 @@
+# The GPU images: veri/vllm (the policy: `vllm serve`, TRL's dev-mode routes on) and veri/trainer-gpu
+# (FROM veri/vllm: TRL's NCCL weight sync uses vLLM's own trainer-side helpers, so the trainer needs the
+# very same vLLM; the CUDA layers are shared, not copied). Versions: services/veri/core/pins/gpu-stack.txt.
+#   make vendor-gpu        online, once: one resolution of CUDA torch + vLLM + TRL + transformers + the
+#                          trainer's run-time deps (linux x86_64, python $(VENDOR_PYTHON)) into
+#                          vendor/wheels/gpu (several GB: torch's CUDA 13 libraries), + g++ and Python
+#                          headers as .debs (triton and torch.compile build kernels at run time)
+#   make vendor-gpu-check  resolve only (package metadata, no wheel downloads): what vendor-gpu fetches
+#   make images-gpu        both images, offline from vendor/ (not part of make images; no GPU needed to build)
+# vendor-wheels.sh --gpu is the only way CUDA wheels get into vendor/: the CPU images' steps refuse them.
+# TORCH_GPU_INDEX_URL=https://download.pytorch.org/whl/cu129 (say) takes torch from PyTorch's index
+# instead of PyPI's default CUDA build (vLLM's PyPI wheel is built against PyPI's torch: keep the default).
+
+GPU_WHEELS := $(VENDOR)/wheels/gpu
+GPU_DEBS := $(VENDOR)/debs/gpu
+TORCH_GPU_INDEX_URL ?=
+GPU_VENDOR_ARGS = -c $(GPU_PINS_FILE) pip vllm trl[vllm] $(GPU_STACK_REQS) pyproject.toml:$(TRAINER_RUNTIME_DEPS)
+
+.PHONY: vendor-gpu vendor-gpu-check images-gpu
+
+vendor-gpu: vendor-os
+	@$(DOCKER_ENV) TORCH_GPU_INDEX_URL=$(TORCH_GPU_INDEX_URL) \
+		scripts/docker/vendor-wheels.sh --gpu $(GPU_WHEELS) $(GPU_VENDOR_ARGS)
+	@$(DOCKER_ENV) scripts/docker/vendor-debs.sh $(GPU_DEBS) g++ libpython3.11-dev libnuma1
+
+vendor-gpu-check:
+	@mkdir -p build
+	@$(DOCKER_ENV) TORCH_GPU_INDEX_URL=$(TORCH_GPU_INDEX_URL) \
+		scripts/docker/vendor-wheels.sh --gpu --report build/vendor-gpu-report.json $(GPU_WHEELS) $(GPU_VENDOR_ARGS)
+
+images-gpu: docker disk-check vendor-gpu
+	@$(DOCKER_ENV) VLLM_VERSION=$(VLLM_CPU_VERSION) scripts/docker/images-gpu.sh
