@@ -13,6 +13,7 @@ from veri.core.harness import ManifestError, load_manifest
 from veri.harness.build import bundle_entries, content_hash, dockerfile, image_repository
 
 ROOT = Path(__file__).resolve().parents[2]
+AGENT = 'name = "x"\nentrypoint = ["python", "agent.py"]\n'
 
 
 def make(tmp_path: Path, manifest: str, files: dict[str, str] | None = None) -> Path:
@@ -31,8 +32,8 @@ def make(tmp_path: Path, manifest: str, files: dict[str, str] | None = None) -> 
     ('name = "x"\nentrypoint = []\n', "entrypoint", "the command run from /harness"),
     ('name = "x"\nentrypoint = ["python", "agent.py"]\nprotocol = "grpc"\n', "protocol", '"openai" or "anthropic"'),
     ('name = "x"\nentrypoint = ["python", "agent.py"]\nentry_point = "y"\n', "entry_point", "remove it; known fields"),
-    ('name = "x"\nentrypoint = ["python", "agent.py"]\n[deps]\nnpm = "left-pad"\n', "deps.npm", "a list of npm packages"),
-    ('name = "x"\nentrypoint = ["python", "agent.py"]\n[deps]\npip = ["a"]\n', "deps.pip", "known fields: requirements, npm"),
+    (f'{AGENT}[deps]\nnpm = "left-pad"\n', "deps.npm", "a list of npm packages"),
+    (f'{AGENT}[deps]\npip = ["a"]\n', "deps.pip", "known fields: requirements, npm"),
 ])
 def test_invalid_manifest_names_the_field_and_the_fix(tmp_path, manifest, field, hint):
     with pytest.raises(ManifestError) as error:
@@ -59,10 +60,10 @@ def test_cli_reports_an_invalid_manifest_without_docker(tmp_path):
     assert result.returncode == 2 and "base:" in result.stderr and "fix: remove it" in result.stderr, result.stderr
 
 
-def test_demo_bundles_are_valid():
-    for name in ("url_extract_openai", "url_extract_claude"):
-        if (ROOT / "harness-bundles" / name).is_dir():
-            assert load_manifest(ROOT / "harness-bundles" / name).name == name
+@pytest.mark.parametrize("name", ["url_extract_openai", "url_extract_claude", "url_extract_inline"])
+def test_demo_bundles_are_valid(name):
+    # A moved or renamed bundle fails here: load_manifest raises on a missing folder.
+    assert load_manifest(ROOT / "harness-bundles" / name).name == name
 
 
 def test_content_hash_covers_every_file_and_the_base(tmp_path):

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import docker
 import pytest
 
-docker = pytest.importorskip("docker", reason="the Docker SDK for Python (pip install docker)")
-
-from veri.launcher.docker_backend import DockerBackend, SandboxUnavailable  # noqa: E402
+from veri.launcher.docker_backend import DockerBackend, SandboxUnavailable
 
 
 class FakeNetwork:
@@ -47,7 +46,8 @@ def test_unsafe_runc_is_explicit():
 
 
 def test_missing_network_is_refused_with_the_fix():
-    with pytest.raises(SandboxUnavailable, match="(?s)'veri-rollouts' does not exist.*docker network create --internal"):
+    refused = "(?s)'veri-rollouts' does not exist.*docker network create --internal"
+    with pytest.raises(SandboxUnavailable, match=refused):
         DockerBackend(client=FakeClient(["runsc"], networks=()), host_paths={})
 
 

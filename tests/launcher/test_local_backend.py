@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ def launch(folder: Path, rollout_id: str, **kw) -> RolloutLaunch:
                          timeout_s=kw.pop("timeout_s", 30), **kw)
 
 
-def test_group_statuses_are_independent(tmp_path):
+def test_group_statuses_are_independent(tmp_path, monkeypatch):
     ok = bundle(tmp_path, "ok", "import os, pathlib\nprint('hello', os.environ['VERI_ROLLOUT_ID'])\n"
                                  "pathlib.Path(os.environ['VERI_OUTPUT_DIR'], 'answer.txt').write_text('42')\n"
                                  "assert 'HOSTONLY' not in os.environ\n")
@@ -34,11 +33,12 @@ def test_group_statuses_are_independent(tmp_path):
     hang = bundle(tmp_path, "hang", "import subprocess, sys, time\n"
                                     "subprocess.Popen([sys.executable, 'grandchild.py'])\n"
                                     "time.sleep(600)\n")
-    (hang / "grandchild.py").write_text(f"import pathlib, time\ntime.sleep(4)\npathlib.Path({str(marker)!r}).write_text('x')\n")
+    (hang / "grandchild.py").write_text(
+        f"import pathlib, time\ntime.sleep(4)\npathlib.Path({str(marker)!r}).write_text('x')\n")
     loud = bundle(tmp_path, "loud", "import sys\nfor _ in range(2000): sys.stdout.write('y' * 50_000 + '\\n')\n")
     hog = bundle(tmp_path, "hog", "import os, pathlib\nd = pathlib.Path(os.environ['VERI_OUTPUT_DIR'])\n"
                                   "for i in range(5): (d / f'f{i}').write_bytes(b'z' * 1_000_000)\n")
-    os.environ["HOSTONLY"] = "secret"
+    monkeypatch.setenv("HOSTONLY", "secret")
     group = GroupLaunch(max_parallel=5, launches=[
         launch(ok, "r-ok"), launch(bad, "r-bad"), launch(hang, "r-hang", timeout_s=2),
         launch(loud, "r-loud"), launch(hog, "r-hog", limits=SandboxLimits(output_max_bytes=2_500_000)),

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tests.policy.helpers import assert_logprobs_match, complete
+from tests.policy.helpers import assert_logprobs_match, complete, greedy_reference
 from tests.servers import start_server
 
 REPLY = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
@@ -44,8 +44,11 @@ def test_matching_last_user_turn_is_teacher_forced(
     assert_logprobs_match(reference_model, choice, 1.0)
 
 
-def test_only_the_last_user_turn_counts(scripted: httpx.Client, tokenizer: PreTrainedTokenizerBase) -> None:
+def test_only_the_last_user_turn_counts(
+    scripted: httpx.Client, tokenizer: PreTrainedTokenizerBase, reference_model: PreTrainedModel
+) -> None:
     prompt = _chat(tokenizer, "What is the weather in Paris?", "Thanks, bye.")
     body = complete(scripted, prompt=prompt, max_tokens=8, temperature=0, return_token_ids=True, ignore_eos=True)
     forced = tokenizer.encode(REPLY, add_special_tokens=False)
-    assert body["choices"][0]["token_ids"] != forced[:8]
+    # An earlier turn matching the script changes nothing: the model answers on its own.
+    assert body["choices"][0]["token_ids"] == greedy_reference(reference_model, prompt, 8) != forced[:8]

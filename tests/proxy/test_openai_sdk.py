@@ -8,6 +8,7 @@ import openai
 from transformers import AutoTokenizer
 
 from tests.proxy.conftest import WEATHER_TOOL, assert_bridged_chain, fake_weather
+from veri.proxy.app import WORKER_PID_HEADER
 
 
 def client_for(session) -> openai.OpenAI:
@@ -67,8 +68,8 @@ def _run_tool_loop(client, *, stream: bool) -> list[str]:
             message = _collect_stream(client.chat.completions.create(
                 model="policy", messages=messages, tools=[WEATHER_TOOL], stream=True))
         else:
-            message = client.chat.completions.create(
-                model="policy", messages=messages, tools=[WEATHER_TOOL]).choices[0].message.model_dump(exclude_none=True)
+            reply = client.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL])
+            message = reply.choices[0].message.model_dump(exclude_none=True)
         messages.append(message)
         if not message.get("tool_calls"):
             answers.append(message["content"])
@@ -153,26 +154,35 @@ def test_several_workers_share_sessions_through_the_store(scripted_policy, tiny_
     with start_server(proxy_args(scripted_policy.url, tiny_model, tmp_path, "--workers", "2")) as multi:
         control = ControlClient(multi.url)
         sessions = [control.open_session() for _ in range(4)]
-        for session in sessions:
-            # A fresh client per call: new connections spread over the workers.
-            assert _run_tool_loop(_FreshClients(session), stream=False) == ["Paris is sunny and London is rainy."]
+        clients = [_FreshClients(session) for session in sessions]
+        for client in clients:
+            assert _run_tool_loop(client, stream=False) == ["Paris is sunny and London is rainy."]
         for session in sessions:
             spans = control.spans(session.rollout_id)
             assert [s.request_index for s in spans] == [0, 1, 2]
             assert_bridged_chain(spans)
+    # Both workers served calls, and some rollout's calls were split between them: the store, not a
+    # worker's memory, carried its session.
+    served = [client.pids for client in clients]
+    assert len({pid for pids in served for pid in pids}) == 2, served
+    assert any(len(set(pids)) == 2 for pids in served), served
 
 
 class _FreshClients:
-    """Duck-types `client.chat.completions.create` with a new connection every call."""
+    """Duck-types `client.chat.completions.create` with a new connection every call, and keeps the
+    pid of the proxy worker that served each call."""
 
     def __init__(self, session):
         self.session = session
         self.chat = self
         self.completions = self
+        self.pids: list[str] = []
 
     def create(self, **kwargs):
         with client_for(self.session) as client:
-            return client.chat.completions.create(**kwargs)
+            raw = client.chat.completions.with_raw_response.create(**kwargs)
+        self.pids.append(raw.headers[WORKER_PID_HEADER])
+        return raw.parse()
 
 
 def test_unknown_template_falls_back_to_apply_chat_template(scripted_policy, tiny_model, tmp_path):

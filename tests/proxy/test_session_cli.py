@@ -29,5 +29,5 @@ def test_open_call_inspect_close(proxy):
 def test_unreachable_proxy_is_a_clear_error():
     done = subprocess.run([sys.executable, "-m", "veri.cli", "session", "open", "--proxy", "http://127.0.0.1:9"],
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode != 0
+    assert done.returncode == 1
     assert "unreachable" in done.stderr and "Traceback" not in done.stderr

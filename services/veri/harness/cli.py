@@ -10,6 +10,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from veri.core import envs
+
 
 def register(commands: argparse._SubParsersAction) -> None:
     harness = commands.add_parser("harness", help="harness bundles: build their images")
@@ -60,11 +62,8 @@ def _build(args: argparse.Namespace) -> int:
     except ManifestError as error:
         print(f"veri harness build: {error}", file=sys.stderr)
         return 2
-    try:
-        import docker
-    except ImportError:
-        print("veri harness build: the Docker SDK is missing: pip install docker", file=sys.stderr)
-        return 1
+    import docker
+
     try:
         client = docker.from_env(timeout=600)
         client.ping()
@@ -92,8 +91,8 @@ def _register_run(commands: argparse._SubParsersAction) -> None:
     command.add_argument("--out", type=Path, default=None, help="where rollout records go")
     command.add_argument("--sandbox", choices=["docker", "local"], default="docker",
                          help="docker (gVisor, default) or local (an unsandboxed subprocess: development only)")
-    command.add_argument("--proxy-url", default=os.environ.get("VERI_PROXY_URL", "http://127.0.0.1:8000"))
-    command.add_argument("--model-name", default=os.environ.get("VERI_MODEL", "policy"))
+    command.add_argument("--proxy-url", default=os.environ.get(envs.VERI_PROXY_URL, "http://127.0.0.1:8000"))
+    command.add_argument("--model-name", default=os.environ.get(envs.VERI_MODEL, "policy"))
     command.add_argument("--max-turns", type=int, default=8)
     command.add_argument("--timeout", type=float, default=300.0, help="harness_timeout_s")
     command.add_argument("--no-up", action="store_true", help="never start the stack")

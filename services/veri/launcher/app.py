@@ -16,7 +16,6 @@ from fastapi import FastAPI
 
 from veri.launcher.api_router import router
 from veri.launcher.backend import GatedBackend, SandboxBackend
-from veri.launcher.errors import SandboxUnavailable
 from veri.launcher.settings import LauncherSettings
 
 log = structlog.get_logger("veri.launcher")
@@ -29,10 +28,6 @@ def make_backend(settings: LauncherSettings) -> SandboxBackend:
 
         log.warning("backend local: harnesses run as plain processes on this machine - no isolation (dev only)")
         return LocalBackend()
-    try:
-        import docker  # noqa: F401 - the SDK the docker backend is built on
-    except ImportError:
-        raise SandboxUnavailable("the Docker SDK is missing: pip install docker") from None
     from veri.launcher.docker_backend import DockerBackend
 
     return DockerBackend(network=settings.network, unsafe_runc=settings.unsafe_runc,
@@ -65,7 +60,7 @@ def create_app(settings: LauncherSettings, backend: SandboxBackend | None = None
 
 def serve(settings: LauncherSettings, host: str, port: int) -> None:
     """Refuses to start (SandboxUnavailable, with the fix) before binding the port when the backend
-    cannot run sandboxes here: no SDK, no daemon, no runsc, no rollouts network."""
+    cannot run sandboxes here: no daemon, no runsc, no rollouts network."""
     import uvicorn
 
     backend = make_backend(settings)

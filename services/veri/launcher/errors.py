@@ -1,7 +1,7 @@
 """The launcher's expected failures: each message is one line with its fix.
 
     LauncherError
-    ├── SandboxUnavailable      sandboxes cannot run here: no Docker SDK or daemon, no runsc (gVisor),
+    ├── SandboxUnavailable      sandboxes cannot run here: no Docker daemon, no runsc (gVisor),
     │                           no rollouts network; `veri serve launcher` refuses to start
     └── ImageProblem            one rollout's image is missing or has no CMD; that rollout fails
 

@@ -31,6 +31,30 @@ log = structlog.get_logger("veri.proxy")
 # runs, and a client that reuses one just as it closes sees "server disconnected".
 KEEP_ALIVE_S = 120
 
+# Every response names the worker process that served it, so a multi-worker proxy can be shown to
+# spread calls (tests/proxy/test_openai_sdk.py) and a stuck worker can be found in `ps`.
+WORKER_PID_HEADER = "x-veri-proxy-pid"
+
+
+class WorkerPidHeader:
+    """Pure ASGI middleware (no buffering, so streamed replies stay streamed)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_pid(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                pid = (WORKER_PID_HEADER.encode(), str(os.getpid()).encode())
+                message["headers"] = [*message.get("headers", []), pid]
+            await send(message)
+
+        await self.app(scope, receive, send_with_pid)
+
 
 def create_app(settings: ProxySettings) -> FastAPI:
     @asynccontextmanager
@@ -52,6 +76,7 @@ def create_app(settings: ProxySettings) -> FastAPI:
     app.include_router(openai_router)
     app.include_router(anthropic_router)
     app.include_router(control_router)
+    app.add_middleware(WorkerPidHeader)
 
     @app.exception_handler(ProxyError)
     async def proxy_error(request: Request, error: ProxyError) -> Response:
@@ -100,7 +125,8 @@ def app_from_env() -> FastAPI:
 def settings_as_env(settings: ProxySettings) -> dict[str, str]:
     env = {}
     for name, value in settings.model_dump(mode="json", exclude_none=True).items():
-        env[f"{envs.VERI_PROXY_PREFIX}{name.upper()}"] = value if isinstance(value, str) else orjson.dumps(value).decode()
+        text = value if isinstance(value, str) else orjson.dumps(value).decode()
+        env[f"{envs.VERI_PROXY_PREFIX}{name.upper()}"] = text
     return env
 
 

@@ -98,7 +98,7 @@ def test_the_launcher_cancels_a_group_whose_client_went_away(docker_client, roll
     with start_server(["serve", "launcher", "--network", rollouts_network, "--launcher-id", launcher_id,
                        "--output-root", str(tmp_path / "out")], env={"VERI_CONTROL_TOKEN": ""}) as server:
 
-        async def scenario() -> float:
+        async def scenario() -> None:
             client = LauncherClient(server.url, subdir="job")
             request = asyncio.create_task(client.run_group(hanging_group("gone", harness_image)))
             await wait_for(lambda: len(sandboxes(docker_client, label, running=True)) >= 2, 60,
@@ -106,12 +106,9 @@ def test_the_launcher_cancels_a_group_whose_client_went_away(docker_client, roll
             request.cancel()  # the trainer stops: its HTTP connection closes
             with pytest.raises(asyncio.CancelledError):
                 await request
-            cancelled = time.monotonic()
             await wait_for(lambda: not sandboxes(docker_client, label), 10, "the launcher to remove the sandboxes")
-            return time.monotonic() - cancelled
 
-        took = asyncio.run(scenario())
-        assert took < 10
+        asyncio.run(scenario())
         assert "client went away mid-group" in server.log()
         # and the launcher still serves the next group
         ok = RolloutLaunch(rollout_id="after", image=harness_image, timeout_s=60,

@@ -106,8 +106,7 @@ def test_requirements_installed_at_build_time_from_vendored_wheels(docker_client
 def test_demo_bundle_builds_offline_from_what_its_base_has(docker_client, built, tmp_path):
     """url_extract_openai's requirements (openai, httpx) are veri/base's own: no wheels needed."""
     demo = ROOT / "harness-bundles" / "url_extract_openai"
-    if not demo.is_dir():
-        pytest.skip("no url_extract_openai bundle in this checkout")
+    assert demo.is_dir(), f"the demo bundle moved: {demo} is gone (update this test and config/url_extract_*.yaml)"
     tag = build_bundle_image(demo, docker_client, vendor_root=tmp_path / "vendor", download=False)
     assert tag.startswith("veri/harness-url_extract_openai:")
 

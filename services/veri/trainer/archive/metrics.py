@@ -140,8 +140,6 @@ class MetricSinks:
         try:
             if self._tensorboard is None:
                 self._tensorboard = self._open_tensorboard(step)
-                if self._tensorboard is None:
-                    return
             for key, value in metrics.items():
                 self._tensorboard.add_scalar(key, value, step)
             self._tensorboard.flush()
@@ -150,12 +148,8 @@ class MetricSinks:
             self._report(f"TensorBoard disabled after an error (metrics.jsonl still has every step): {error!r}")
 
     def _open_tensorboard(self, step: int) -> Any:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            self._tensorboard_off = True
-            self._report("TensorBoard not installed (pip install tensorboard): metrics go to metrics.jsonl only")
-            return None
+        from torch.utils.tensorboard import SummaryWriter  # lazy: a slow import
+
         folder = self._dir / "tensorboard"
         resumed = folder.is_dir() and any(folder.glob("events.out.tfevents.*"))
         # On resume, hide events a crashed run logged at this step or later (they are re-run).

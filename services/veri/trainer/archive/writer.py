@@ -25,6 +25,7 @@ Resume, end to end (`make train CONFIG=... RESUME=1`):
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -249,11 +250,7 @@ def _unused(path: Path) -> Path:
 def _lock(path: Path) -> int:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        import fcntl
-
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except ImportError:  # not POSIX: no lock
-        pass
     except OSError:
         os.close(fd)
         raise ArchiveInUse(f"another trainer is writing the archive {path.parent} (it holds {path})") from None
