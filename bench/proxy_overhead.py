@@ -27,7 +27,7 @@ import psutil
 from transformers import AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.servers import free_port, start_server  # noqa: E402
+from tests.servers import free_port, start_server
 
 TURNS = 4
 TOOL = {"type": "function", "function": {"name": "lookup", "description": "Look a word up",
@@ -106,7 +106,8 @@ def pct(values: list[float], q: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=Path("build/models/tiny"))
-    parser.add_argument("--rounds", type=int, default=3, help="sessions per concurrent slot (at least 48 sessions in all)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="sessions per concurrent slot (at least 48 sessions in all)")
     args = parser.parse_args()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     reply_text = '<tool_call>\n{"name": "lookup", "arguments": {"q": "word"}}\n</tool_call>'
@@ -128,16 +129,24 @@ def main() -> None:
                 prompts = direct_prompts(tokenizer, system, reply_text)
                 for concurrency in (1, 16, 64):
                     direct, proxied, direct_rate, proxy_rate, cpu = [], [], 0.0, 0.0, 0.0
+
+                    def direct_call(c, lat, prompts=prompts):
+                        return one_session_direct(c, policy_url, prompts, lat)
+
+                    def proxy_call(c, lat, system=system):
+                        return one_session_proxy(c, proxy.url, system, lat)
+
                     # Enough calls for a steady p50 where the concurrency is low (1 session: 48 x 4 calls).
                     for _ in range(max(args.rounds, -(-48 // concurrency))):
-                        d, dr = asyncio.run(run(concurrency, lambda c, lat: one_session_direct(c, policy_url, prompts, lat)))
+                        d, dr = asyncio.run(run(concurrency, direct_call))
                         before = sum(proxy_process.cpu_times()[:2])
-                        p, pr = asyncio.run(run(concurrency, lambda c, lat: one_session_proxy(c, proxy.url, system, lat)))
+                        p, pr = asyncio.run(run(concurrency, proxy_call))
                         cpu += sum(proxy_process.cpu_times()[:2]) - before
                         direct += d
                         proxied += p
                         direct_rate, proxy_rate = max(direct_rate, dr), max(proxy_rate, pr)
-                    print(f"{len(prompts[-1]):>6} {concurrency:>8} {pct(direct, 50):>9.2f}ms {pct(proxied, 50):>8.2f}ms "
+                    print(f"{len(prompts[-1]):>6} {concurrency:>8} "
+                          f"{pct(direct, 50):>9.2f}ms {pct(proxied, 50):>8.2f}ms "
                           f"{pct(proxied, 50) - pct(direct, 50):>8.2f}ms {pct(proxied, 99) - pct(direct, 99):>8.2f}ms "
                           f"{proxy_rate:>13.0f} {direct_rate:>14.0f} {cpu / len(proxied) * 1000:>12.2f}ms")
     finally:

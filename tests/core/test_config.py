@@ -247,5 +247,6 @@ def test_vllm_with_top_p_below_one_notes_the_logprob_offset(job_dir: Path):
     assert nucleus.problems == []
     [note] = [n for n in nucleus.notes if "top_p" in n]
     assert "0.105 nats" in note and "top_p: 1.0" in note
-    plain = check_config(write_job(job_dir, job(backend="vllm", grpo={})), base_dir=job_dir, gpus=GpuInventory.nvidia(4))
+    plain = check_config(write_job(job_dir, job(backend="vllm", grpo={})), base_dir=job_dir,
+                         gpus=GpuInventory.nvidia(4))
     assert not [n for n in plain.notes if "top_p" in n]

@@ -107,7 +107,8 @@ def test_every_task_names_exactly_one_link_of_its_page():
         spec = page_spec(index)
         assert len({link.kind for link in spec.links}) == len(spec.links)
         assert len({link.url for link in spec.links}) == len(spec.links)
-        named = f'"{row["label"]}"' in row["prompt"] if spec.by_label else KINDS[row["kind"]].description in row["prompt"]
+        name = f'"{row["label"]}"' if spec.by_label else KINDS[row["kind"]].description
+        named = name in row["prompt"]
         assert named, row
 
 

@@ -59,7 +59,8 @@ def script_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def scripted_policy(tiny_model: Path, script_file: Path) -> Iterator[RunningServer]:
-    with start_server(["serve", "policy", "--model", str(tiny_model), "--scripted-replies", str(script_file)]) as server:
+    args = ["serve", "policy", "--model", str(tiny_model), "--scripted-replies", str(script_file)]
+    with start_server(args) as server:
         yield server
 
 
@@ -87,7 +88,7 @@ def session(control: ControlClient) -> SessionInfo:
 
 def assert_bridged_chain(spans) -> None:
     """Every later turn's prompt starts with the exact earlier prompt + completion ids."""
-    for earlier, later in zip(spans, spans[1:]):
+    for earlier, later in zip(spans, spans[1:], strict=False):
         prefix = earlier.prompt_token_ids + earlier.completion_token_ids
         assert later.prompt_token_ids[: len(prefix)] == prefix
         assert later.prompt_source == "bridged", later.prompt_source_reason

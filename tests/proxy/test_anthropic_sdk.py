@@ -22,7 +22,8 @@ def test_plain_message_with_system_blocks_and_unknown_fields(session, control):
     message = client.messages.create(
         model="policy", max_tokens=4096,
         system=[{"type": "text", "text": "You are terse."}, {"type": "text", "text": "Answer in English."}],
-        messages=[{"role": "user", "content": [{"type": "text", "text": "hello", "cache_control": {"type": "ephemeral"}}]}],
+        messages=[{"role": "user",
+                   "content": [{"type": "text", "text": "hello", "cache_control": {"type": "ephemeral"}}]}],
         metadata={"user_id": "u-1"},
         extra_body={"thinking": {"type": "enabled", "budget_tokens": 1024}, "context_management": {"edits": []},
                     "output_config": {"effort": "low"}},
@@ -108,18 +109,17 @@ def test_stop_sequence(session, control):
 
 def test_count_tokens_equals_rendered_prompt(session, control, proxy):
     client = client_for(session)
-    counted = client.messages.count_tokens(model="policy", tools=[WEATHER],
-                                           messages=[{"role": "user", "content": "What is the weather in Paris and London?"}])
-    client.messages.create(model="policy", max_tokens=256, tools=[WEATHER],
-                           messages=[{"role": "user", "content": "What is the weather in Paris and London?"}])
+    messages = [{"role": "user", "content": "What is the weather in Paris and London?"}]
+    counted = client.messages.count_tokens(model="policy", tools=[WEATHER], messages=messages)
+    client.messages.create(model="policy", max_tokens=256, tools=[WEATHER], messages=messages)
     [span] = control.spans(session.rollout_id)  # count_tokens records no span
     assert counted.input_tokens == len(span.prompt_token_ids)
 
 
 def test_client_max_tokens_below_the_cap_gives_max_tokens(session, control):
     reply = client_for(session).messages.create(
-        model="policy", max_tokens=2, messages=[{"role": "user", "content": "What is the weather in Paris and London?"}],
-        tools=[WEATHER])
+        model="policy", max_tokens=2, tools=[WEATHER],
+        messages=[{"role": "user", "content": "What is the weather in Paris and London?"}])
     assert reply.stop_reason == "max_tokens"
     [span] = control.spans(session.rollout_id)
     assert span.sampling["max_tokens"] == 2 and len(span.completion_token_ids) == 2

@@ -21,13 +21,17 @@ def test_same_ids_offsets_and_renders_as_transformers(tiny_model):
         theirs = hf(text, add_special_tokens=False, return_offsets_mapping=True)
         assert ours["input_ids"] == theirs["input_ids"]
         assert [tuple(o) for o in ours["offset_mapping"]] == [tuple(o) for o in theirs["offset_mapping"]]
-    assert fast.convert_tokens_to_ids(["<|im_end|>", "<tool_call>"]) == hf.convert_tokens_to_ids(["<|im_end|>", "<tool_call>"])
+    special = ["<|im_end|>", "<tool_call>"]
+    assert fast.convert_tokens_to_ids(special) == hf.convert_tokens_to_ids(special)
     conversation = [
         {"role": "system", "content": "sys"}, {"role": "user", "content": "weather?"},
-        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "w", "arguments": {"c": "P"}}}]},
+        {"role": "assistant", "content": "",
+         "tool_calls": [{"type": "function", "function": {"name": "w", "arguments": {"c": "P"}}}]},
         {"role": "tool", "content": "sunny"},
     ]
     tools = [{"type": "function", "function": {"name": "w", "description": "d", "parameters": {"type": "object"}}}]
     config = renderers.Qwen3RendererConfig()
-    assert renderers.create_renderer(fast, config).render_ids(conversation, tools=tools, add_generation_prompt=True) == \
-        renderers.create_renderer(hf, config).render_ids(conversation, tools=tools, add_generation_prompt=True)
+    ours, theirs = (renderers.create_renderer(tokenizer, config).render_ids(conversation, tools=tools,
+                                                                            add_generation_prompt=True)
+                    for tokenizer in (fast, hf))
+    assert ours == theirs

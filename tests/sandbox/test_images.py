@@ -137,7 +137,8 @@ def test_memory_limit_stops_a_memory_hog(docker_client, run_sandboxed):
         print("not killed")
     """), mem_limit="256m", memswap_limit="256m")
     assert "not killed" not in result.output
-    stopped_while_allocating = result.exit_code == 1 and (result.output.strip().splitlines() or [""])[-1].endswith(" MB")
+    last_line = (result.output.strip().splitlines() or [""])[-1]
+    stopped_while_allocating = result.exit_code == 1 and last_line.endswith(" MB")
     assert result.exit_code == 137 or result.oom_killed or "MemoryError" in result.output or stopped_while_allocating, \
         result
     assert "300 MB" not in result.output, result.output
@@ -165,7 +166,8 @@ def test_sandbox_cannot_reach_the_docker_socket(docker_client, run_sandboxed):
     # Even a launcher bug that bind-mounts the socket does not hand it over: runsc refuses host
     # unix sockets (older runsc: refuses to start such a container at all).
     try:
-        result = run_sandboxed(BASE, probe, volumes={"/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "rw"}})
+        socket = {"/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "rw"}}
+        result = run_sandboxed(BASE, probe, volumes=socket)
     except docker.errors.APIError:
         return
     assert result.output.split()[-1] == "False", result.output

@@ -90,7 +90,8 @@ def test_sandbox_isolation(stack, tmp_path):
     out = tmp_path / "out"
     done = stack.veri("run-harness", "--bundle", str(bundle), "--task",
                       json.dumps({"prompt": "probe", "other_rollout": other.rollout_id,
-                                  "host_proxy_port": int(stack.proxy_url.rsplit(":", 1)[1])}), "--out", str(out), "--no-up")
+                                  "host_proxy_port": int(stack.proxy_url.rsplit(":", 1)[1])}),
+                      "--out", str(out), "--no-up")
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     [record] = records(out, 0)
     assert record.status == "completed", record.episode.verdicts

@@ -17,11 +17,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from tests.stack.conftest import REPO
 from tests.servers import free_port
+from tests.stack.conftest import REPO
 from veri.core.rollouts import RolloutRecord
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # builds veri/vllm-cpu when missing; vLLM starts in minutes
 CONFIG = "config/url_extract_vllm_cpu.yaml"
 MODEL = REPO / "build" / "models" / "tiny-vllm"
 IS_RATIO_TOLERANCE = 1e-3  # served logprobs vs the trainer's, on the tokens it trains

@@ -86,8 +86,9 @@ def _bad_number(args: argparse.Namespace) -> tuple[str, str] | None:
     """Flags no plan can use (the planner assumes sane numbers)."""
     for flag, value in (("--gpus", args.gpus), ("--heads", args.heads), ("--kv-heads", args.kv_heads),
                         ("--tp", args.tp)):
-        if value is not None and value < (0 if flag == "--gpus" else 1):
-            return f"{flag} {value} is not a valid count", f"give {flag} a whole number >= {0 if flag == '--gpus' else 1}"
+        least = 0 if flag == "--gpus" else 1
+        if value is not None and value < least:
+            return f"{flag} {value} is not a valid count", f"give {flag} a whole number >= {least}"
     for flag, value in (("--gpu-memory-gb", args.gpu_memory_gb), ("--params-b", args.params_b)):
         if value is not None and value <= 0:
             return f"{flag} {value:g} is not positive", f"give {flag} a number > 0"

@@ -1,4 +1,8 @@
-"""Every environment variable veri reads or sets, in one place (name -> meaning)."""
+"""Every environment variable veri reads or sets, in one place (name -> meaning).
+
+tests/core/test_envs.py fails when services/, compose.yaml, scripts/, mk/ or the Makefile name a
+VERI_* variable that is not declared here (a VERI_PROXY_<FIELD> / VERI_LAUNCHER_<FIELD> name must be
+a field of ProxySettings / LauncherSettings)."""
 
 # --- read by veri's own services -------------------------------------------------------------
 VERI_CONTROL_TOKEN = "VERI_CONTROL_TOKEN"  # bearer token for the proxy's /control routes
@@ -13,7 +17,10 @@ VERI_PROXY_PREFIX = "VERI_PROXY_"
 # The launcher reads each LauncherSettings field from VERI_LAUNCHER_<FIELD> (flags win), e.g.
 # VERI_LAUNCHER_BACKEND, VERI_LAUNCHER_OUTPUT_ROOT.
 VERI_LAUNCHER_PREFIX = "VERI_LAUNCHER_"
-VERI_GPU_PLAN = "VERI_GPU_PLAN"  # the GPU plan (layout.GpuLayout JSON), made once before the stack starts; containers read it, never re-plan
+# The GPU plan (layout.GpuLayout JSON), made once before the stack starts; containers read it, never re-plan.
+VERI_GPU_PLAN = "VERI_GPU_PLAN"
+VERI_RESUME_COMMAND = "VERI_RESUME_COMMAND"  # `veri train`: the resume command it prints (make train sets it)
+VERI_MODEL = "VERI_MODEL"  # the job's model folder name under VERI_MODELS_DIR; `veri run-harness` model name
 
 # --- read from the machine (GPU layout probe) ------------------------------------------------
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"  # the GPUs this job may use
@@ -25,7 +32,23 @@ VERI_STATE_DIR = "VERI_STATE_DIR"  # host folder of the stack's state (control t
 VERI_POLICY_SCRIPTED_REPLIES = "VERI_POLICY_SCRIPTED_REPLIES"  # test-only teacher-forced replies (policy)
 VERI_POLICY_URLS = "VERI_POLICY_URLS"  # the policy servers the proxy pins rollouts to, comma-separated (veri stack-env)
 VERI_POLICY_DP_RANKS = "VERI_POLICY_DP_RANKS"  # vLLM --data-parallel-size of that one server (GPU), else 1
-VERI_CHAT_TEMPLATE_KWARGS = "VERI_CHAT_TEMPLATE_KWARGS"  # the job's chat_template_kwargs (JSON) for the proxy (veri stack-env)
+# The job's chat_template_kwargs (JSON) for the proxy (veri stack-env).
+VERI_CHAT_TEMPLATE_KWARGS = "VERI_CHAT_TEMPLATE_KWARGS"
+VERI_PROJECT = "VERI_PROJECT"  # compose project name of make up / train / down (default veri)
+VERI_PROXY_PORT = "VERI_PROXY_PORT"  # host port (on 127.0.0.1) the proxy is published on (default 8000)
+VERI_PROXY_WORKERS = "VERI_PROXY_WORKERS"  # the stack proxy's worker processes (default 1)
+VERI_RUNTIME_IMAGE = "VERI_RUNTIME_IMAGE"  # the image veri's services run in (default veri/runtime)
+# The job's stack settings, written by `veri stack-env` for make train and compose:
+VERI_MODELS_DIR = "VERI_MODELS_DIR"  # host folder holding the job's model (mounted at /models)
+VERI_TEMPERATURE = "VERI_TEMPERATURE"  # the job's sampling, which the proxy enforces
+VERI_TOP_P = "VERI_TOP_P"
+VERI_MAX_TOKENS = "VERI_MAX_TOKENS"
+VERI_BUNDLE = "VERI_BUNDLE"  # the job's harness bundle (make train builds its image)
+VERI_POLICY_BACKEND = "VERI_POLICY_BACKEND"  # hf or vllm
+
+# --- make's helpers (scripts/) ------------------------------------------------------------------
+VERI_DISK_MIN_GB = "VERI_DISK_MIN_GB"  # make disk-check stops below this many free GB (default 1; 0 skips)
+VERI_INSTALL_DOCKER = "VERI_INSTALL_DOCKER"  # make docker: 1 lets it install Docker, 0 never
 
 # --- the harness contract: set inside every rollout sandbox ---------------------------------
 OPENAI_BASE_URL = "OPENAI_BASE_URL"
@@ -45,3 +68,8 @@ VERI_OUTPUT_DIR = "VERI_OUTPUT_DIR"
 
 # --- the URL-extraction demo (not part of the harness contract) -------------------------------
 VERI_WEBFIXTURE_URL = "VERI_WEBFIXTURE_URL"  # base URL `veri data url-extract` builds page URLs on (default http://webfixture:8080)
+
+# --- read by the test suite (make test sets the first two) ------------------------------------
+VERI_TINY_MODEL = "VERI_TINY_MODEL"  # the tiny test model's folder
+VERI_CLAUDE_BIN = "VERI_CLAUDE_BIN"  # the Claude Code binary the proxy tests drive
+VERI_REQUIRE_SANDBOX = "VERI_REQUIRE_SANDBOX"  # 1: a missing gVisor sandbox fails tests/sandbox, not skips

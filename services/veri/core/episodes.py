@@ -322,7 +322,8 @@ def _longest_chain(spans: Sequence[EpisodeSpan]) -> list[EpisodeSpan]:
             earlier = candidates[a]
             if len(later.prompt_token_ids) >= len(earlier.sequence) and length[a] + 1 >= length[b]:
                 length[b], previous[b] = length[a] + 1, a  # on ties, the later predecessor wins
-    chain, at = [], len(candidates) - 1
+    chain: list[EpisodeSpan] = []
+    at: int | None = len(candidates) - 1
     while at is not None:
         chain.append(candidates[at])
         at = previous[at]
@@ -371,7 +372,7 @@ def first_difference(expected: list[int], actual: list[int], decoder: Decoder | 
         return {"position": None, "expected_id": None, "actual_id": None, "summary": "no difference"}
     expected_id = expected[position]
     actual_id = actual[position] if position < len(actual) else None
-    found = {"position": position, "expected_id": expected_id, "actual_id": actual_id}
+    found: dict[str, Any] = {"position": position, "expected_id": expected_id, "actual_id": actual_id}
     if decoder is not None:
         found["expected_text"] = decoder.decode([expected_id])
         found["actual_text"] = decoder.decode([actual_id]) if actual_id is not None else None

@@ -87,7 +87,8 @@ def load_manifest(bundle: Path) -> HarnessManifest:
     try:
         manifest = HarnessManifest.model_validate(raw)
     except ValidationError as exc:
-        raise ManifestError(f"{path} is invalid:\n" + "\n".join(_field_problem(error) for error in exc.errors())) from exc
+        problems = "\n".join(_field_problem(error) for error in exc.errors())
+        raise ManifestError(f"{path} is invalid:\n{problems}") from exc
     _check_files(bundle, manifest)
     return manifest
 

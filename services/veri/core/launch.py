@@ -15,7 +15,8 @@ class SandboxLimits(BaseModel):
     cpus: float = Field(default=1.0, gt=0, description="CPU share of one sandbox")
     memory_mb: int = Field(default=2048, ge=64, description="hard memory limit (OOM kill past it)")
     nproc: int = Field(default=256, ge=8, description="ulimit nproc for the sandbox user (fork bombs stop here)")
-    pids_limit: int = Field(default=4096, ge=64, description="backstop only: under gVisor it counts the sandbox's own threads")
+    pids_limit: int = Field(default=4096, ge=64,
+                            description="backstop only: under gVisor it counts the sandbox's own threads")
     tmpfs_mb: int = Field(default=512, ge=16, description="size of the writable work dir and /tmp")
     output_max_bytes: int = Field(default=16 * 1024 * 1024, ge=0, description="cap on collected VERI_OUTPUT_DIR")
     log_tail_bytes: int = Field(default=64 * 1024, ge=1024, description="kept tail of stdout and of stderr")

@@ -36,7 +36,8 @@ log = structlog.get_logger("veri.launcher")
 async def health(settings: SettingsDep, backend: BackendDep) -> dict:
     return {"ok": True, "backend": backend.name, "runtime": backend.runtime,
             "network": settings.network if backend.name == "docker" else None,
-            "output_root": str(settings.output_root.absolute()), "max_parallel_rollouts": settings.max_parallel_rollouts}
+            "output_root": str(settings.output_root.absolute()),
+            "max_parallel_rollouts": settings.max_parallel_rollouts}
 
 
 @router.post("/v1/groups", response_model=list[LaunchResult], dependencies=[Depends(require_token)])

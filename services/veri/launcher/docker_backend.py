@@ -127,7 +127,8 @@ class DockerBackend:
         self.launcher_id = launcher_id
         self.max_sandboxes = max_sandboxes
         self._pool = ThreadPoolExecutor(max_workers=2 * max_sandboxes + 8, thread_name_prefix="veri-docker")
-        self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+        self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary())
         try:
             self.client = client or docker.from_env(timeout=120, max_pool_size=2 * max_sandboxes + 8)
             info = self.client.info()
@@ -219,7 +220,8 @@ class DockerBackend:
         try:
             await self._call(container.start)
             loop = asyncio.get_running_loop()
-            waiting = loop.run_in_executor(self._pool, functools.partial(container.wait, timeout=launch.timeout_s + 600))
+            wait = functools.partial(container.wait, timeout=launch.timeout_s + 600)
+            waiting = loop.run_in_executor(self._pool, wait)
             guard = asyncio.ensure_future(self._guard(output_dir, logs_dir, limits))
             done, _ = await asyncio.wait({waiting, guard}, timeout=launch.timeout_s,
                                          return_when=asyncio.FIRST_COMPLETED)

@@ -31,7 +31,7 @@ async def run_group(backend: SandboxBackend, group: GroupLaunch, output_root: Pa
             started = time.time()
             try:
                 return await backend.run(launch, output_root / launch.rollout_id)
-            except Exception as exc:  # noqa: BLE001 — reported as the rollout's result, never swallowed
+            except Exception as exc:  # reported as the rollout's result, never swallowed
                 log.exception("sandbox backend failed", rollout_id=launch.rollout_id)
                 return LaunchResult(rollout_id=launch.rollout_id, status=RolloutStatus.FAILED,
                                     infrastructure_error=f"{type(exc).__name__}: {exc}",

@@ -44,7 +44,8 @@ def _json_object(text: str) -> dict:
     try:
         value = json.loads(text)
     except ValueError as error:
-        raise argparse.ArgumentTypeError(f"not JSON ({error}): pass an object like '{{\"enable_thinking\": false}}'")
+        hint = "pass an object like '{\"enable_thinking\": false}'"
+        raise argparse.ArgumentTypeError(f"not JSON ({error}): {hint}") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError("must be a JSON object, like '{\"enable_thinking\": false}'")
     return value

@@ -40,8 +40,8 @@ def canonical_message(message: dict[str, Any]) -> dict[str, Any]:
     calls = message.get("tool_calls") or []
     if calls:
         canonical["tool_calls"] = [
-            {"name": (call.get("function") or call).get("name"), "arguments": _arguments((call.get("function") or call).get("arguments"))}
-            for call in calls
+            {"name": function.get("name"), "arguments": _arguments(function.get("arguments"))}
+            for function in (call.get("function") or call for call in calls)
         ]
     return canonical
 
@@ -58,7 +58,7 @@ def prefix_hashes(tools: list[dict[str, Any]] | None, messages: list[dict[str, A
 
 def first_difference(earlier: list[dict[str, Any]], later: list[dict[str, Any]]) -> str:
     """Human explanation of where `later` stops extending `earlier`."""
-    for index, (old, new) in enumerate(zip(earlier, later)):
+    for index, (old, new) in enumerate(zip(earlier, later, strict=False)):
         old_c, new_c = canonical_message(old), canonical_message(new)
         if old_c != new_c:
             keys = [key for key in ("role", "content", "tool_calls") if old_c.get(key) != new_c.get(key)]

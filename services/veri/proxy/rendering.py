@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import renderers
+import structlog
 from renderers.configs import config_from_name
 from transformers import AutoTokenizer
-
-import structlog
 
 from veri.core.records import PromptSource
 from veri.proxy.fast_tokenizer import RustBackedTokenizer, verify_same_ids

@@ -138,7 +138,7 @@ class SpanStore:
                 self._db.execute("COMMIT")
             except sqlite3.IntegrityError:
                 self._db.execute("ROLLBACK")
-                raise InvalidRequest(f"rollout_id {rollout_id!r} already exists; omit it to get a fresh one")
+                raise InvalidRequest(f"rollout_id {rollout_id!r} already exists; omit it to get a fresh one") from None
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise

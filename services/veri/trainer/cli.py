@@ -16,8 +16,6 @@ from pathlib import Path
 from veri.core import envs
 
 STOPPED_EXIT = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
-# The command that resumes this job, when a wrapper knows it better (make train sets it).
-RESUME_COMMAND_ENV = "VERI_RESUME_COMMAND"
 
 DEFAULT_PROXY_URL = "http://127.0.0.1:8000"
 DEFAULT_POLICY_URL = "http://127.0.0.1:8001"
@@ -91,7 +89,8 @@ def _run_train(args: argparse.Namespace) -> int:
     from veri.trainer.rewards import check_reward_functions
 
     options = TrainOptions(
-        proxy_url=args.proxy_url, policy_urls=[url for url in args.policy_url.split(",") if url], output_root=args.output,
+        proxy_url=args.proxy_url, policy_urls=[url for url in args.policy_url.split(",") if url],
+        output_root=args.output,
         job_name=args.name or args.config.stem, sandbox=args.sandbox, image=args.image,
         launcher_url=args.launcher_url, control_token=args.control_token, resume=args.resume,
     )
@@ -119,7 +118,7 @@ def stopped_message(job_dir: Path, resume_command: str) -> str:
 
 
 def _resume_command(args: argparse.Namespace) -> str:
-    if command := os.environ.get(RESUME_COMMAND_ENV):
+    if command := os.environ.get(envs.VERI_RESUME_COMMAND):
         return command
     given = sys.argv[1:] if sys.argv[1:2] == ["train"] else ["train", str(args.config)]
     return shlex.join(["veri", *given, *([] if args.resume else ["--resume"])])

@@ -52,7 +52,8 @@ class TrainOptions:
     launcher_url: str | None = None  # launcher: the service's URL (it writes outputs where this process reads)
     control_token: str | None = None
     resume: bool = False
-    weight_sync_timeout_s: float = 600.0  # vLLM filesystem sync: a server that has not loaded the weights by then fails the step
+    # vLLM filesystem sync: a server that has not loaded the weights by then fails the step.
+    weight_sync_timeout_s: float = 600.0
 
 
 def run_job(config: JobConfig, options: TrainOptions) -> Path:

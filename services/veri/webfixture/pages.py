@@ -115,7 +115,8 @@ LINK_KINDS: tuple[LinkKind, ...] = (
     LinkKind("pricing", "pricing page", ("Pricing", "Plans and pricing", "See plans"),
              lambda r, s: f"https://{s.domain}/pricing?plan=" + _pick(r, "starter", "team", "business", "annual")),
     LinkKind("careers", "careers page", ("Careers", "Jobs", "We're hiring", "Join the team"),
-             lambda r, s: f"https://jobs.{s.domain}/openings/" + _pick(r, "engineering", "all", "remote", "operations")),
+             lambda r, s: f"https://jobs.{s.domain}/openings/"
+                          + _pick(r, "engineering", "all", "remote", "operations")),
     LinkKind("blog", "blog", ("Blog", "Journal", "From the blog"),
              lambda r, s: f"https://blog.{s.domain}/{s.year}/"
                           + _pick(r, "behind-the-scenes", "spring-update", "how-we-test", "meet-the-team")),
@@ -136,14 +137,16 @@ LINK_KINDS: tuple[LinkKind, ...] = (
     LinkKind("press", "press kit", ("Press", "Press kit", "Media resources"),
              lambda r, s: f"https://{s.domain}/press/{s.brand_slug}-press-kit-{s.year}.zip"),
     LinkKind("community", "community forum", ("Community", "Forum", "Discussions"),
-             lambda r, s: f"https://community.{s.domain}/c/" + _pick(r, "general", "show-and-tell", "questions", "ideas")),
+             lambda r, s: f"https://community.{s.domain}/c/"
+                          + _pick(r, "general", "show-and-tell", "questions", "ideas")),
     LinkKind("source", "source code repository", ("Source code", "View the source", "Code on our forge"),
              lambda r, s: f"https://code.{s.domain}/{s.brand_slug}/{s.product_slug}"),
     LinkKind("download", "download page", ("Download", "Get the app", "Install"),
              lambda r, s: f"https://downloads.{s.domain}/{s.product_slug}/{r.randint(1, 6)}.{r.randint(0, 12)}/"
                           + _pick(r, "macos", "windows", "linux", "android")),
     LinkKind("newsletter", "newsletter sign-up page", ("Newsletter", "Subscribe", "Get updates by email"),
-             lambda r, s: f"https://news.{s.domain}/subscribe?list=" + _pick(r, "weekly", "monthly", "product-updates")),
+             lambda r, s: f"https://news.{s.domain}/subscribe?list="
+                          + _pick(r, "weekly", "monthly", "product-updates")),
     LinkKind("events", "events calendar", ("Events", "Webinars", "Meetups"),
              lambda r, s: f"https://events.{s.domain}/{s.year}/" + _pick(r, "calendar", "webinars", "meetups")),
     LinkKind("security", "security disclosure policy", ("Security", "Report a vulnerability", "Responsible disclosure"),

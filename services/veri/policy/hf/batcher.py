@@ -141,7 +141,7 @@ class Batcher:
                     self._admit(admitted)
                 if len(self._batch):
                     self._step()
-            except Exception as exc:  # a failed forward must not take the engine down
+            except Exception as exc:  # noqa: BLE001 - a failed forward must not take the engine down
                 self._fail_all(admitted, exc)
         self._shutdown()
 

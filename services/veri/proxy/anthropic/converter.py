@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from veri.proxy.anthropic.protocol import AnthropicMessage, MessagesRequest
 from veri.proxy.capture import ChatTurn
 from veri.proxy.errors import InvalidRequest, UnsupportedContent
-from veri.proxy.anthropic.protocol import AnthropicMessage, MessagesRequest
 
 _UNSUPPORTED_BLOCKS = {"image", "document", "audio", "input_audio", "file", "container_upload"}
 _IGNORED_BLOCKS = {"redacted_thinking"}  # opaque to a token-native policy; never rendered
@@ -98,7 +98,8 @@ def _user_messages(where: str, blocks: list[dict[str, Any]]) -> list[dict[str, A
         _refuse_unsupported(kind, where)
         if kind == "tool_result":
             content = block.get("content")
-            text = content if isinstance(content, str) or content is None else _joined_text(content, f"{where} tool_result")
+            plain = isinstance(content, str) or content is None
+            text = content if plain else _joined_text(content, f"{where} tool_result")
             converted.append({"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": text or ""})
         elif kind == "text":
             texts.append(block.get("text", ""))

@@ -55,7 +55,8 @@ def _text_content(index: int, content: str | list[dict[str, Any]] | None) -> str
                 "send text parts", param=f"messages[{index}].content",
             )
         if kind != "text" or not isinstance(part.get("text"), str):
-            raise InvalidRequest(f"messages[{index}] has an unknown content part {kind!r}", param=f"messages[{index}].content")
+            raise InvalidRequest(f"messages[{index}] has an unknown content part {kind!r}",
+                                 param=f"messages[{index}].content")
         texts.append(part["text"])
     return "".join(texts)
 
@@ -129,7 +130,8 @@ def completion_stream(response: dict[str, Any], include_usage: bool) -> Iterator
     head = {key: response[key] for key in ("id", "object", "created", "model")}
     choice = response["choices"][0]
     yield _sse({**head, "choices": [{"index": 0, "text": choice["text"], "finish_reason": None, "logprobs": None}]})
-    yield _sse({**head, "choices": [{"index": 0, "text": "", "finish_reason": choice["finish_reason"], "logprobs": None}]})
+    last = {"index": 0, "text": "", "finish_reason": choice["finish_reason"], "logprobs": None}
+    yield _sse({**head, "choices": [last]})
     if include_usage:
         yield _sse({**head, "choices": [], "usage": response["usage"]})
     yield b"data: [DONE]\n\n"

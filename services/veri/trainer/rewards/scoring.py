@@ -55,7 +55,7 @@ class RewardScorer:
             assert self._loop is not None
             try:
                 coroutine = function.func(**kwargs)
-            except Exception as error:  # e.g. a signature mismatch, raised before the coroutine exists
+            except Exception as error:  # noqa: BLE001 - e.g. a signature mismatch, before the coroutine exists
                 return _failed(error)
             return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
         future: Future = Future()
@@ -67,7 +67,7 @@ class RewardScorer:
                 return
             try:
                 future.set_result(function.func(**kwargs))
-            except BaseException as error:  # user code; reported, never raised into the job
+            except BaseException as error:  # noqa: BLE001 - user code; reported, never raised into the job
                 future.set_exception(error)
 
         threading.Thread(target=run, name=f"veri-reward-{function.name}", daemon=True).start()
@@ -100,7 +100,7 @@ class RewardScorer:
             message = f"reward function {name!r} did not return within reward_timeout_s={self.timeout_s:g}s"
             return None, Verdict.of(Rule.REWARD_ERROR, message + (hint if function.is_async else ""),
                                     function=name, kind="timeout")
-        except BaseException as error:
+        except BaseException as error:  # noqa: BLE001 - whatever the user's function raised is its verdict
             return None, Verdict.of(Rule.REWARD_ERROR, f"reward function {name!r} raised {one_line(error)}",
                                     function=name, kind="exception", traceback=_user_traceback(error))
         try:

@@ -25,7 +25,8 @@ class PolicyAdmin:
         """Load the safetensors at `path` (a path the *server* can read) as `version` (default: the
         server's next); returns the new policy version."""
         body = UpdateWeightsRequest(path=str(path), policy_version=version).model_dump(exclude_none=True)
-        return PolicyVersionResponse.model_validate(self._json.call("POST", "/update_weights", json=body)).policy_version
+        reply = self._json.call("POST", "/update_weights", json=body)
+        return PolicyVersionResponse.model_validate(reply).policy_version
 
     def close(self) -> None:
         self._json.close()

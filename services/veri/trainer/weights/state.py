@@ -51,7 +51,8 @@ def _merged_lora_state(model: PeftModel) -> dict[str, torch.Tensor]:
     base = model.get_base_model()
     adapter = model.active_adapter
     deltas = {
-        f"{name}.weight": module.get_delta_weight(adapter)
+        # Every concrete LoraLayer (Linear, Embedding, Conv*) defines get_delta_weight; the base class does not.
+        f"{name}.weight": module.get_delta_weight(adapter)  # type: ignore[attr-defined]
         for name, module in base.named_modules()
         if isinstance(module, LoraLayer) and adapter in module.lora_A
     }
@@ -69,7 +70,7 @@ def _untied(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     seen: set[tuple[int, int]] = set()
     kept = {}
     for name, tensor in state.items():
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        key = (tensor.untyped_storage().data_ptr(), int(tensor.storage_offset()))
         if key in seen:
             continue
         seen.add(key)

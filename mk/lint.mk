@@ -1,0 +1,13 @@
+# The lint gate, run first by `make test` (TEST_DEPS) and alone by `make lint`
+# (`make help` line: "make lint   ruff + mypy (pyproject.toml) + the VERI_* declaration check"):
+#   ruff   the rules pyproject.toml selects, over every tracked Python file;
+#   mypy   core and the service-boundary clients (pyproject.toml [tool.mypy] files);
+#   tests/core/test_envs.py   every VERI_* variable read anywhere is declared in core/envs.py.
+TEST_DEPS += lint
+
+.PHONY: lint
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/pytest -q -p no:cacheprovider tests/core/test_envs.py
