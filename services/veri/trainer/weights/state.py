@@ -38,6 +38,18 @@ def write_weights(folder: Path, name: str, tensors: dict[str, torch.Tensor]) -> 
     return final
 
 
+def write_step_weights(folder: Path, step: int, model: Any) -> Path:
+    """The policy's weights after `step` optimizer steps, as `folder/step-<k>/model.safetensors`."""
+    return write_weights(folder, f"step-{step:06d}", policy_state_dict(model))
+
+
+def drop_other_steps(folder: Path, keep: Path) -> None:
+    """Every `folder/step-*` but `keep`: once the policy servers hold a step's weights, older files serve nobody."""
+    for old in folder.glob("step-*"):
+        if old != keep:
+            shutil.rmtree(old, ignore_errors=True)
+
+
 def save_final_model(model: Any, tokenizer: Any, folder: Path) -> Path:
     """A plain transformers folder (LoRA merged in), with the tokenizer and chat template."""
     final = model.merge_and_unload() if isinstance(model, PeftModel) else model

@@ -20,7 +20,6 @@ vLLM (GPU): TRL pushes the weights over NCCL at the start of each step's generat
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from veri.proxy.control_client import ControlClient
 from veri.trainer.errors import WeightSyncError
 from veri.trainer.weights.policy_admin import PolicyAdmin
-from veri.trainer.weights.state import policy_state_dict, write_weights
+from veri.trainer.weights.state import drop_other_steps, write_step_weights
 
 
 @dataclass
@@ -97,9 +96,7 @@ class HfWeightSync(TrainerCallback):
         self.timing("weight_sync", time.monotonic() - started)
 
     def _push(self, model: Any, step: int) -> int:
-        path = write_weights(self.folder, f"step-{step:06d}", policy_state_dict(model))
+        path = write_step_weights(self.folder, step, model)
         version = self.admin.update_weights(path, version=step)
-        for old in self.folder.glob("step-*"):  # the server has copied the weights in; keep only these
-            if old != path:
-                shutil.rmtree(old, ignore_errors=True)
+        drop_other_steps(self.folder, path)  # the server has copied the weights in
         return version

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from veri.core.http import HttpCallError, JsonClient
 
 RELOAD_METHOD = "veri_reload_weights"  # veri.policy.vllm.worker.WeightReloadExtension
@@ -22,10 +24,10 @@ class VllmAdminError(HttpCallError):
 
 
 class VllmAdmin:
-    def __init__(self, base_url: str, *, timeout_s: float) -> None:
+    def __init__(self, base_url: str, *, timeout_s: float, transport: httpx.BaseTransport | None = None) -> None:
         self.timeout_s = timeout_s
         self._json = JsonClient(base_url, service="vLLM policy server", timeout_s=timeout_s, error=VllmAdminError,
-                                unreachable_fix="is it running? `make logs` shows its log")
+                                unreachable_fix="is it running? `make logs` shows its log", transport=transport)
 
     @property
     def base_url(self) -> str:

@@ -18,7 +18,6 @@ Either way the seconds each sync took go into the step's metrics (`weight_sync`)
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any, Protocol
 from veri.core.http import HttpCallError
 from veri.policy.vllm import WORKER_EXTENSION
 from veri.trainer.errors import WeightSyncError
-from veri.trainer.weights.state import policy_state_dict, write_weights
+from veri.trainer.weights.state import drop_other_steps, write_step_weights
 from veri.trainer.weights.vllm_admin import VllmAdmin
 
 
@@ -79,12 +78,10 @@ class FilesystemSync:
     def sync_weights(self) -> None:
         step = self.trainer.state.global_step
         started = time.monotonic()
-        path = write_weights(self.folder, f"step-{step:06d}", policy_state_dict(self.trainer.model))
+        path = write_step_weights(self.folder, step, self.trainer.model)
         for server in self.servers:
             self._load(server, path, step)
-        for old in self.folder.glob("step-*"):  # every server has the new weights in memory: keep only these
-            if old != path:
-                shutil.rmtree(old, ignore_errors=True)
+        drop_other_steps(self.folder, path)  # every server has the new weights in memory
         seconds = time.monotonic() - started
         self.timing("weight_sync", seconds)
         self.report(f"step {step}: weights loaded by {len(self.servers)} policy server(s) in {seconds:.2f} s"
@@ -100,7 +97,7 @@ class FilesystemSync:
                 f" within {server.timeout_s:g} s ({error.outcome}: {error.detail[:300]}); its log (`make logs`)"
                 " says why, and the job resumes from its last checkpoint with RESUME=1"
             ) from error
-        if not answers or any(answer.get("folder") != str(path) for answer in answers):
+        if not answers or any(not isinstance(answer, dict) or answer.get("folder") != str(path) for answer in answers):
             raise WeightSyncError(f"the vLLM policy server at {server.base_url} answered {answers!r} to loading"
                                   f" {path}: run it with --worker-extension-cls {WORKER_EXTENSION}")
         if not reset:
