@@ -90,3 +90,17 @@ def test_lora_job_syncs_merged_weights_and_saves_a_merged_model(stack, tiny_mode
     changed = {name for name, tensor in initial.items() if not torch.equal(tensor, final[name])}
     linear = {name for name in initial if name.endswith("proj.weight")}
     assert changed == linear  # LoRA on every linear layer (not the lm_head), nothing else moved
+
+
+def test_the_console_shows_veri_lines_and_the_libraries_log_keeps_the_rest(stack, tiny_model, tmp_path):
+    job = write_job(tmp_path / "job", tiny_model, max_steps=1)
+    result = veri_train(job, stack, tmp_path / "jobs")
+    assert result.returncode == 0, result.stderr[-6000:]
+
+    console = result.stdout + result.stderr
+    assert "step 0: 3/4 rollouts trainable" in result.stdout and "final model:" in result.stdout, console
+    for noise in ("FutureWarning", "Writing model shards", "Loading weights", "experimental"):
+        assert noise not in console, f"{noise!r} reached the console:\n{console[-4000:]}"
+    # The deprecations and TRL's notice about rollout_func are kept, in the job's libraries log.
+    libraries = (tmp_path / "jobs" / "job" / "logs" / "libraries.log").read_text()
+    assert "FutureWarning" in libraries and "experimental feature" in libraries, libraries[-3000:]

@@ -84,9 +84,11 @@ def _train(args: argparse.Namespace) -> int:
 
 def _run_train(args: argparse.Namespace) -> int:
     from veri.core.validation import load_config
+    from veri.trainer.archive import job_layout
     from veri.trainer.errors import TRAIN_FAILURES
     from veri.trainer.job import TrainOptions, run_job
     from veri.trainer.rewards import check_reward_functions
+    from veri.trainer.ui.quiet import quiet_libraries
 
     options = TrainOptions(
         proxy_url=args.proxy_url, policy_urls=[url for url in args.policy_url.split(",") if url],
@@ -95,8 +97,10 @@ def _run_train(args: argparse.Namespace) -> int:
         launcher_url=args.launcher_url, control_token=args.control_token, resume=args.resume,
     )
     try:
-        config = load_config(args.config, base_dir=args.base_dir, reward_check=check_reward_functions)
-        final = run_job(config, options)
+        # Before anything imports them: the libraries' noise goes to the job's log, not the console.
+        with quiet_libraries(job_layout(options.output_root, options.job_name).libraries_log):
+            config = load_config(args.config, base_dir=args.base_dir, reward_check=check_reward_functions)
+            final = run_job(config, options)
     except TRAIN_FAILURES as error:  # expected failures: one line with the fix, no traceback (trainer/errors.py)
         print(f"veri train: {error}", file=sys.stderr)
         return 1

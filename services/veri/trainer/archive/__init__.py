@@ -11,9 +11,10 @@ from veri.trainer.archive.index import ArchiveIndex, IndexReport, read_rollout, 
 from veri.trainer.archive.layout import ArchiveLayout, read_metrics
 from veri.trainer.archive.metrics import step_metrics
 from veri.trainer.archive.resume import checkpoint_step, latest_checkpoint, prepare_resume
-from veri.trainer.archive.writer import ArchiveInUse, JobArchive
+from veri.trainer.archive.writer import ArchiveInUse, JobArchive, job_layout
 
 __all__ = [
     "ArchiveInUse", "ArchiveIndex", "ArchiveLayout", "IndexReport", "JobArchive", "checkpoint_step",
-    "latest_checkpoint", "prepare_resume", "read_metrics", "read_rollout", "rebuild_index", "step_metrics",
+    "job_layout", "latest_checkpoint", "prepare_resume", "read_metrics", "read_rollout", "rebuild_index",
+    "step_metrics",
 ]

@@ -6,6 +6,7 @@ crash-safe ways the archive writes and reads them.
         trajectories/step-<N>/task-<M>/rollout-<K>.log    the harness's stdout/stderr tail, when given
         metrics.jsonl                                      one line per completed step: {"step", "time", ...}
         logs/train.log                                     the trainer's log, one timestamped line per message
+        logs/libraries.log                                 what transformers, TRL, ... print (`veri train`)
         index.sqlite                                       the console's index (rebuildable from the files)
         tensorboard/                                       TensorBoard event files (when tensorboard is installed)
         incomplete/step-<N>[~i]/ , incomplete/metrics.jsonl  steps set aside on resume (never deleted)
@@ -59,6 +60,11 @@ class ArchiveLayout:
     @property
     def train_log(self) -> Path:
         return self.logs / "train.log"
+
+    @property
+    def libraries_log(self) -> Path:
+        """Library warnings and logs, kept off the console (trainer/ui/quiet.py)."""
+        return self.logs / "libraries.log"
 
     @property
     def index(self) -> Path:

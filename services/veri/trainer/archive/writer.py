@@ -46,6 +46,13 @@ from veri.trainer.errors import ArchiveInUse, JobError
 JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
+def job_layout(root: Path, job_name: str) -> ArchiveLayout:
+    """The folder of job `job_name` under `root`; a name that is not a plain folder name is a JobError."""
+    if not JOB_NAME.match(job_name):
+        raise JobError(f"job name {job_name!r}: use letters, digits, '.', '_' and '-' (a folder name)")
+    return ArchiveLayout(Path(root).resolve() / job_name)
+
+
 class JobArchive:
     """The trainer's writer for root/job_name. One per job at a time (a lock file enforces it).
 
@@ -53,10 +60,8 @@ class JobArchive:
     """
 
     def __init__(self, root: Path, job_name: str) -> None:
-        if not JOB_NAME.match(job_name):
-            raise JobError(f"job name {job_name!r}: use letters, digits, '.', '_' and '-' (a folder name)")
         self.job_name = job_name
-        self.layout = ArchiveLayout(Path(root).resolve() / job_name)
+        self.layout = job_layout(root, job_name)
         self.dir = self.layout.dir
         for folder in (self.layout.trajectories, self.layout.logs):
             folder.mkdir(parents=True, exist_ok=True)
