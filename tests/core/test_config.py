@@ -1,20 +1,19 @@
-"""The job config: YAML = TOML, every problem at once with its fix, GRPO pass-through against real TRL."""
+"""The job config: YAML = TOML, every schema problem at once with its fix, the trainer's checks through
+its hook (the checks against real TRL: tests/trainer/test_grpo_config.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
-import trl
 
 from tests.core.jobs import job, write_job, write_model
-from veri.core import grpo as grpo_rules
+from veri.core.checks import TrainerChecks
 from veri.core.config import JobConfig, RewardConfig, SamplingConfig, parse_config, read_config_file
 from veri.core.dataset import DatasetConfig
 from veri.core.layout import GpuInventory
-from veri.core.problems import ProblemsError
-from veri.core.validation import check_config, load_config
+from veri.core.problems import Problem
+from veri.core.validation import check_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,46 +35,11 @@ def test_cpu_example_parses():
     assert config.backend == "hf" and config.model == REPO / "build/models/smollm2"
 
 
-@pytest.mark.parametrize("name", ["url_extract.yaml", "url_extract.toml", "url_extract_cpu.yaml"])
-def test_examples_pass_trl_own_checks(name: str):
-    config = parse_config(read_config_file(REPO / "config" / name), base_dir=REPO)
-    knobs = config.model_copy(update={"grpo": {}}).grpo_config_kwargs()
-    assert grpo_rules.check_grpo_section(config.grpo, knobs=knobs) == []
-
-
 def test_a_complete_job_has_no_problems(job_dir: Path):
     report = check_config(write_job(job_dir, job()), base_dir=job_dir)
     assert report.problems == []
     assert report.config is not None and report.config.model == job_dir / "models/policy"
     assert any("3 tasks" in note for note in report.notes)
-
-
-def test_every_problem_at_once_each_with_its_fix(job_dir: Path):
-    config = job(
-        backend="vllm",
-        max_step=10,  # typo
-        rollouts_per_prompt="eight",  # bad type
-        dataset={"path": "data/missing.jsonl", "colum_mapping": {}},  # missing file, nested typo
-        rewards=[{"file": "rewards/nope.py"}],
-        vllm_tensor_parallel_size=4,
-        vllm_data_parallel_size=2,
-        grpo={"per_device_train_bach_size": 4, "num_generations": 4, "use_vllm": True, "logging_steps": "often"},
-    )
-    report = check_config(write_job(job_dir, config), base_dir=job_dir, gpus=GpuInventory.nvidia(4))
-    found = problems_by_place(report)
-    assert "did you mean `max_steps`" in found["max_step"]
-    assert "valid integer" in found["rollouts_per_prompt"]
-    assert "did you mean `column_mapping`" in found["dataset.colum_mapping"]
-    assert "does not exist" in found["rewards[0].file"]
-    assert "did you mean `per_device_train_batch_size`" in found["grpo.per_device_train_bach_size"]
-    assert "set `rollouts_per_prompt` instead" in found["grpo.num_generations"]
-    assert "set by `backend:`" in found["grpo.use_vllm"]
-    assert "wrong type" in found["grpo.logging_steps"]
-    assert "4 x 2 = 8 GPUs, but only 3 are free" in found["vllm_tensor_parallel_size"]
-    assert report.config is None
-    with pytest.raises(ProblemsError) as raised:
-        load_config(write_job(job_dir, config), base_dir=job_dir, gpus=GpuInventory.nvidia(4))
-    assert len(raised.value.problems) == len(report.problems) == 9
 
 
 def test_missing_path_is_checked_even_when_another_field_is_broken(job_dir: Path):
@@ -90,20 +54,6 @@ def test_missing_keys_name_what_they_are(job_dir: Path):
     found = problems_by_place(check_config(write_job(job_dir, config), base_dir=job_dir))
     assert "add `harness_bundle` (launcher: the harness bundle folder" in found["harness_bundle"]
     assert "is required" in found["rewards"]
-
-
-def test_grpo_settings_at_the_top_level_are_pointed_to_their_place(job_dir: Path):
-    config = job(per_device_train_batch_size=8, num_generations=8, use_vllm=True)
-    found = problems_by_place(check_config(write_job(job_dir, config), base_dir=job_dir))
-    assert "move it under `grpo:`" in found["per_device_train_batch_size"]
-    assert "use `rollouts_per_prompt`" in found["num_generations"]
-    assert "set by `backend:`" in found["use_vllm"]
-
-
-def test_trl_own_checks_run_on_the_combined_settings(job_dir: Path):
-    config = job(grpo={"per_device_train_batch_size": 3})  # rollouts_per_prompt 4 does not divide 3
-    found = problems_by_place(check_config(write_job(job_dir, config), base_dir=job_dir))
-    assert "must be divisible by num_generations (4)" in found["grpo"]
 
 
 def test_knobs_that_cannot_act_are_problems(job_dir: Path):
@@ -195,46 +145,6 @@ def test_layout_knobs_are_checked_against_the_plan(job_dir: Path):
     assert "only applies to `backend: vllm`" in hf["weight_sync"] and "only applies" in hf["device"]
 
 
-def test_grpo_config_kwargs_build_a_real_grpo_config(job_dir: Path, tmp_path: Path):
-    knobs = job(kl_coef=0.04, max_response_length=512, learning_rate="3e-6", sampling={"temperature": 0.7},
-                chat_template_kwargs={"enable_thinking": False})
-    config = load_config(write_job(job_dir, knobs), base_dir=job_dir)
-    kwargs = config.grpo_config_kwargs()
-    built = trl.GRPOConfig(**kwargs, output_dir=str(tmp_path / "out"))
-    assert (built.num_generations, built.beta, built.max_completion_length) == (4, 0.04, 512)
-    assert (built.learning_rate, built.temperature, built.max_steps) == (3e-6, 0.7, config.max_steps)
-    assert built.chat_template_kwargs == {"enable_thinking": False}
-    assert built.per_device_train_batch_size == 4 and built.use_vllm is False and built.use_cpu is True
-
-
-def test_gpu_job_kwargs_ask_for_vllm_server_mode(tmp_path: Path):
-    config = parse_config(read_config_file(REPO / "config/url_extract.yaml"), base_dir=REPO)
-    kwargs = config.grpo_config_kwargs()
-    assert kwargs["use_vllm"] is True and kwargs["vllm_mode"] == "server" and kwargs["loss_type"] == "dapo"
-    built = trl.GRPOConfig(**{**kwargs, "use_cpu": True}, output_dir=str(tmp_path / "out"))  # no GPU here
-    assert built.num_generations == 8 and built.gradient_accumulation_steps == 4
-
-
-def test_lora_kwargs_build_a_peft_config(job_dir: Path):
-    import peft
-
-    config = load_config(write_job(job_dir, job(lora_rank=16)), base_dir=job_dir)
-    lora = peft.LoraConfig(**config.lora_config_kwargs())
-    assert (lora.r, lora.lora_alpha, lora.lora_dropout) == (16, 32, 0.0)
-    assert load_config(write_job(job_dir, job()), base_dir=job_dir).lora_config_kwargs() is None
-
-
-def test_knob_tables_agree_with_trl_and_the_schema():
-    fields = {field.name for field in dataclasses.fields(trl.GRPOConfig)}
-    assert set(grpo_rules.VERI_KNOBS) <= fields
-    assert set(grpo_rules.VERI_OWNED) <= fields
-    assert not set(grpo_rules.VERI_KNOBS) & set(grpo_rules.VERI_OWNED)
-    for knob in grpo_rules.VERI_KNOBS.values():
-        section, _, name = knob.rpartition(".")
-        model = JobConfig.model_fields[section].annotation if section else JobConfig
-        assert name in model.model_fields, knob
-
-
 @pytest.mark.parametrize("model", [JobConfig, DatasetConfig, RewardConfig, SamplingConfig])
 def test_every_knob_says_what_uses_it(model):
     undocumented = [name for name, info in model.model_fields.items() if not info.description]
@@ -250,3 +160,32 @@ def test_vllm_with_top_p_below_one_notes_the_logprob_offset(job_dir: Path):
     plain = check_config(write_job(job_dir, job(backend="vllm", grpo={})), base_dir=job_dir,
                          gpus=GpuInventory.nvidia(4))
     assert not [n for n in plain.notes if "top_p" in n]
+
+
+def test_the_trainer_checks_come_through_one_hook(job_dir: Path):
+    """Core checks the schema; the reward code, `grpo:` and TRL's field names are the hook's."""
+    seen: dict[str, object] = {}
+
+    def rewards(specs: list[RewardConfig], columns: list[str] | None) -> list[Problem]:
+        seen["columns"] = columns
+        return [Problem("rewards[0]", "cannot load", "fix it")]
+
+    def grpo(config: JobConfig, valid: set[str]) -> list[Problem]:
+        seen["grpo"] = config.grpo
+        return [Problem("grpo.x", "is wrong", "fix it")]
+
+    hook = TrainerChecks(rewards=rewards, grpo=grpo, unknown_key=lambda key: "a trainer's fix" if key == "x" else None)
+    path = write_job(job_dir, job(x=1, y=2))
+    found = problems_by_place(check_config(path, base_dir=job_dir, trainer_checks=hook))
+    assert found["x"] == "is not a known key | a trainer's fix"
+    assert found["y"] == "is not a known key | remove it (no similar name exists)"
+    assert set(found) == {"x", "y", "rewards[0]", "grpo.x"}
+    assert seen == {"columns": ["expected_url", "prompt"], "grpo": job()["grpo"]}
+    plain = problems_by_place(check_config(path, base_dir=job_dir))  # no hook: the schema's checks only
+    assert set(plain) == {"x", "y"} and "remove it" in plain["x"]
+
+
+def test_top_level_grpo_knobs_are_named_without_the_trainer(job_dir: Path):
+    found = problems_by_place(check_config(write_job(job_dir, job(num_generations=8, use_vllm=True)), base_dir=job_dir))
+    assert "use `rollouts_per_prompt`" in found["num_generations"]
+    assert "set by `backend:`" in found["use_vllm"]

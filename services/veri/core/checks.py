@@ -1,8 +1,10 @@
-"""The job checks beyond types: files exist, knobs fit the backend, GRPO settings, the GPU layout.
+"""The job checks beyond types: files exist, knobs fit the backend, the GPU layout; and, through the
+trainer's hook (`TrainerChecks`), the reward code and the `grpo:` section against the installed TRL.
 
 Each check names the config fields it reads; it runs only when those fields validated, so one broken
 field is reported once and every other check still runs (`veri validate` prints everything at once).
-veri.core.validation runs them (`check_config`).
+veri.core.validation runs them (`check_config`). Core imports no service, nor TRL or peft: what only the
+trainer can check, it contributes through `TrainerChecks` (veri.trainer.checks.TRAINER_CHECKS).
 """
 
 from __future__ import annotations
@@ -14,9 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veri.core import grpo as grpo_rules
 from veri.core import layout
-from veri.core.config import Backend, JobConfig, RewardConfig
+from veri.core.config import Backend, JobConfig, RewardConfig, UnknownKeyFix
 from veri.core.dataset import read_dataset
 from veri.core.harness import MANIFEST_FILE, ManifestError, load_manifest
 from veri.core.problems import Problem, ProblemsError
@@ -27,15 +28,25 @@ _VLLM_ONLY = (
 )
 _BUILDABLE_MODELS = {name: f"veri model {name} --out {{path}}" for name in ("tiny", "tiny-vllm", "smollm2")}
 
-# A check the caller adds for reward functions (the trainer loads them; core imports no service):
-# (the validated rewards, the dataset's column names or None when unknown) -> problems.
-RewardCheck = Callable[[list[RewardConfig], list[str] | None], list[Problem]]
+
+@dataclass(frozen=True)
+class TrainerChecks:
+    """The checks only the trainer can run: it loads the reward code and knows the installed TRL (core
+    imports neither). `veri validate` and `veri train` pass veri.trainer.checks.TRAINER_CHECKS; without
+    it, a job is checked against the schema only."""
+
+    # (the validated rewards, the dataset's column names or None when unknown) -> problems
+    rewards: Callable[[list[RewardConfig], list[str] | None], list[Problem]]
+    # (the job, the config fields that validated) -> problems of its `grpo:` section ("grpo.<key>" or "grpo")
+    grpo: Callable[[JobConfig, set[str]], list[Problem]]
+    # an unknown top-level key -> its fix (a TRL setting: "move it under `grpo:`"), or None: core's hint
+    unknown_key: UnknownKeyFix
 
 
 @dataclass
 class CheckContext:
     gpus: layout.GpuInventory | None = None  # None: probe this machine
-    reward_check: RewardCheck | None = None
+    trainer: TrainerChecks | None = None
     notes: list[str] = field(default_factory=list)
     columns: list[str] | None = None  # the dataset's columns, once read
     valid: set[str] = field(default_factory=set)  # the config fields that validated
@@ -107,8 +118,8 @@ def _rewards(config: JobConfig, context: CheckContext) -> list[Problem]:
         for i, reward in enumerate(config.rewards)
         if reward.file is not None and not reward.file.is_file()
     ]
-    if not problems and context.reward_check is not None:
-        problems = context.reward_check(config.rewards, context.columns)
+    if not problems and context.trainer is not None:
+        problems = context.trainer.rewards(config.rewards, context.columns)
     return problems
 
 
@@ -177,12 +188,8 @@ def _context_length(config: JobConfig, context: CheckContext) -> list[Problem]:
 
 
 def _grpo(config: JobConfig, context: CheckContext) -> list[Problem]:
-    """Keys and types always; TRL's own checks only when the veri knobs it combines with are valid."""
-    knobs = config.model_copy(update={"grpo": {}}).grpo_config_kwargs() if set(_KNOB_FIELDS) <= context.valid else None
-    return [
-        Problem(f"grpo.{p.key}" if p.key else "grpo", p.message, p.fix)
-        for p in grpo_rules.check_grpo_section(config.grpo, knobs=knobs)
-    ]
+    """The `grpo:` section against the installed TRL: the trainer's check (core does not import TRL)."""
+    return context.trainer.grpo(config, context.valid) if context.trainer is not None else []
 
 
 def _layout(config: JobConfig, context: CheckContext) -> list[Problem]:
@@ -224,8 +231,6 @@ def _model_config(model: Path) -> dict[str, Any]:
         return {}
     return config.get("text_config") or config
 
-
-_KNOB_FIELDS = ("backend", *sorted({knob.split(".")[0] for knob in grpo_rules.VERI_KNOBS.values()}))
 
 # (fields read, check), run in this order: the dataset check records the columns the reward check uses.
 CHECKS: list[tuple[tuple[str, ...], Check]] = [

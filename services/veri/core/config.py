@@ -9,13 +9,16 @@ Relative paths resolve against `base_dir` (default: the directory veri runs in, 
 a given setup (a `vllm_*`, `weight_sync` or `device` knob with `backend: hf`) are problems, not silently ignored.
 
 Here: the schema, and reading it (`read_config_file`, `parse_config`: structure and types, each problem
-with its fix). Checking a job fully (files, GRPO settings against the installed TRL, the GPU layout) is
-veri.core.validation's `check_config` / `load_config`, over the checks in veri.core.checks.
+with its fix). Checking a job fully (files, the GPU layout, and through the trainer's hook the reward
+code and the GRPO settings against the installed TRL) is veri.core.validation's `check_config` /
+`load_config`, over the checks in veri.core.checks. What the job means to TRL (GRPOConfig and LoraConfig
+kwargs) is the trainer's: veri.trainer.grpo.config.
 """
 
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -153,17 +156,6 @@ class JobConfig(BaseModel):
             value = getattr(value, part)
         return value
 
-    def grpo_config_kwargs(self) -> dict[str, Any]:
-        """kwargs for `trl.GRPOConfig` (add `output_dir` and the policy server's address)."""
-        types = grpo_rules.grpo_field_types()
-        passed = {key: TypeAdapter(types[key]).validate_python(value) for key, value in self.grpo.items()}
-        if self.backend == Backend.VLLM:
-            defaults: dict[str, Any] = {"use_vllm": True, "vllm_mode": "server"}
-        else:
-            defaults = {"use_vllm": False, "use_cpu": True, "bf16": False}
-        knobs = {field_name: self.knob(knob) for field_name, knob in grpo_rules.VERI_KNOBS.items()}
-        return {**defaults, **knobs, **passed}
-
     def gpu_layout(self, gpus: GpuInventory | None = None) -> GpuLayout:
         """Where the trainer and the vLLM policy run (`backend: vllm`), planned for `gpus` (None: this
         machine, not probed with `device: cpu`); raises `LayoutError`. Plan once, before anything starts."""
@@ -178,18 +170,6 @@ class JobConfig(BaseModel):
             weight_sync=self.weight_sync,
             device=self.device,
         )
-
-    def lora_config_kwargs(self) -> dict[str, Any] | None:
-        """kwargs for `peft.LoraConfig`, or None for a full fine-tune."""
-        if self.lora_rank is None:
-            return None
-        return {
-            "r": self.lora_rank,
-            "lora_alpha": self.lora_alpha or 2 * self.lora_rank,
-            "lora_dropout": self.lora_dropout or 0.0,
-            "target_modules": "all-linear",
-            "task_type": "CAUSAL_LM",
-        }
 
 
 # --- loading ---------------------------------------------------------------------------------------
@@ -225,13 +205,19 @@ def parse_config(raw: dict[str, Any], *, base_dir: Path | None = None) -> JobCon
     return JobConfig.model_validate(values)
 
 
-def validate_fields(raw: dict[str, Any], base_dir: Path) -> tuple[dict[str, Any], list[Problem]]:
+# The fix for an unknown top-level key that a service knows (the trainer: a TRL setting), or None.
+UnknownKeyFix = Callable[[str], str | None]
+
+
+def validate_fields(
+    raw: dict[str, Any], base_dir: Path, unknown_key: UnknownKeyFix | None = None
+) -> tuple[dict[str, Any], list[Problem]]:
     """Each top-level field validated on its own, so one bad field does not hide checks of the others."""
     problems: list[Problem] = []
     try:
         JobConfig.model_validate(raw)
     except ValidationError as error:
-        problems = [_structure_problem(item) for item in error.errors()]
+        problems = [_structure_problem(item, unknown_key) for item in error.errors()]
     values: dict[str, Any] = {}
     for name, info in JobConfig.model_fields.items():
         if name not in raw:
@@ -267,7 +253,7 @@ def problem_field(problem: Problem) -> str:
     return problem.where.split(".")[0].split("[")[0]
 
 
-def _structure_problem(error: Any) -> Problem:
+def _structure_problem(error: Any, unknown_key: UnknownKeyFix | None) -> Problem:
     loc = tuple(error["loc"])
     where = _dotted(loc)
     kind = error["type"]
@@ -276,7 +262,7 @@ def _structure_problem(error: Any) -> Problem:
         hint = f" ({info.description})" if info is not None and info.description else ""
         return Problem(where, "is required", f"add `{loc[-1]}`{hint}")
     if kind == "extra_forbidden":
-        return Problem(where, "is not a known key", _unknown_key_fix(loc))
+        return Problem(where, "is not a known key", _unknown_key_fix(loc, unknown_key))
     message = error["msg"].removeprefix("Value error, ")
     if kind == "value_error":  # our own validators write "what is wrong; what to do"
         problem, _, fix = message.partition("; ")
@@ -287,7 +273,7 @@ def _structure_problem(error: Any) -> Problem:
     return Problem(where, f"{error['input']!r} is not valid: {message}", f"set `{where}` to {wanted}")
 
 
-def _unknown_key_fix(loc: tuple[Any, ...]) -> str:
+def _unknown_key_fix(loc: tuple[Any, ...], unknown_key: UnknownKeyFix | None) -> str:
     key = str(loc[-1])
     model = _model_at(loc[:-1])
     if model is JobConfig:
@@ -295,8 +281,8 @@ def _unknown_key_fix(loc: tuple[Any, ...]) -> str:
             return f"remove it: {grpo_rules.VERI_OWNED[key]}"
         if key in grpo_rules.VERI_KNOBS:
             return f"use `{grpo_rules.VERI_KNOBS[key]}` (veri's name for TRL's {key})"
-        if key in grpo_rules.grpo_field_types():
-            return f"`{key}` is a TRL GRPOConfig setting: move it under `grpo:`"
+        if unknown_key is not None and (fix := unknown_key(key)) is not None:
+            return fix
     return grpo_rules.suggest(key, model.model_fields if model else [])
 
 

@@ -1,22 +1,16 @@
-"""The job config's `grpo:` section, checked against the installed TRL's `GRPOConfig`.
+"""Which TRL GRPOConfig fields the job config's schema sets or refuses: schema data, no TRL import.
 
-Two tables decide what may go there:
+Two tables decide what may go in `grpo:` (and what a misplaced top-level key is told):
   `VERI_KNOBS`  GRPOConfig fields a veri knob sets (the job's own name wins; one source of truth).
   `VERI_OWNED`  GRPOConfig fields veri sets itself, or that do nothing when rollouts come from harnesses.
-Any other GRPOConfig field passes through unchanged; anything else is an error with a suggestion.
+Any other GRPOConfig field passes through. The mapping to TRL's kwargs and the checks against the
+installed TRL are the trainer's (veri.trainer.grpo.config, veri.trainer.grpo.checks).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
-import functools
-import tempfile
-import typing
-import warnings
-from typing import Any
-
-from pydantic import TypeAdapter, ValidationError
+from collections.abc import Iterable
 
 # GRPOConfig field -> the veri knob that sets it (dotted: a field of a section).
 VERI_KNOBS: dict[str, str] = {
@@ -61,70 +55,6 @@ VERI_OWNED: dict[str, str] = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class GrpoProblem:
-    key: str
-    message: str
-    fix: str
-
-
-@functools.cache
-def grpo_field_types() -> dict[str, Any]:
-    """Every field of the installed TRL's GRPOConfig -> its type (imports TRL: slow, cached)."""
-    from trl import GRPOConfig
-
-    hints = typing.get_type_hints(GRPOConfig)
-    return {field.name: hints[field.name] for field in dataclasses.fields(GRPOConfig) if field.init}
-
-
-def check_grpo_section(section: dict[str, Any], *, knobs: dict[str, Any] | None) -> list[GrpoProblem]:
-    """Every problem in `grpo:` at once: unknown keys (nearest real field), veri-owned keys, bad types,
-    then (when those are clean and `knobs` is given) TRL's own checks, by building the GRPOConfig the
-    job would get from `knobs` (the kwargs veri's own knobs produce) plus the section.
-    """
-    types = grpo_field_types()
-    problems = []
-    coerced = {}
-    for key, value in section.items():
-        if key in VERI_KNOBS:
-            problems.append(GrpoProblem(key, "is set by a veri knob", f"set `{VERI_KNOBS[key]}` instead"))
-        elif key in VERI_OWNED:
-            problems.append(GrpoProblem(key, "is not accepted here", f"remove it: {VERI_OWNED[key]}"))
-        elif key not in types:
-            problems.append(GrpoProblem(key, "is not a field of TRL's GRPOConfig", suggest(key, types)))
-        else:
-            try:
-                coerced[key] = TypeAdapter(types[key]).validate_python(value)
-            except ValidationError as error:
-                reason = error.errors()[0]["msg"]
-                fix = f"give it a {_type_name(types[key])}"
-                problems.append(GrpoProblem(key, f"has the wrong type ({value!r}: {reason})", fix))
-    if problems or knobs is None:
-        return problems
-    return _trl_problems({**knobs, **coerced})
-
-
-def suggest(key: str, names: typing.Iterable[str]) -> str:
+def suggest(key: str, names: Iterable[str]) -> str:
     close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.6)
     return f"did you mean `{close[0]}`?" if close else "remove it (no similar name exists)"
-
-
-def _trl_problems(kwargs: dict[str, Any]) -> list[GrpoProblem]:
-    import torch
-    from trl import GRPOConfig
-
-    if not torch.cuda.is_available():
-        # Checking a GPU job on a machine without one: TRL would refuse bf16 here, not on the GPU box.
-        kwargs = {**kwargs, "use_cpu": True}
-    with tempfile.TemporaryDirectory() as out, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            GRPOConfig(output_dir=out, **kwargs)
-        except (ValueError, TypeError) as error:
-            fix = "change the grpo: values (or the veri knobs) it names"
-            return [GrpoProblem("", f"TRL rejects these settings: {error}", fix)]
-    return []
-
-
-def _type_name(annotation: Any) -> str:
-    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")

@@ -2,8 +2,9 @@
 
 Structure and types come from the schema (veri.core.config: unknown keys with the nearest real one);
 then every check in veri.core.checks whose fields validated (files exist, knobs fit the backend, the
-harness bundle's manifest, GRPO settings against the installed TRL, the GPU layout). `veri validate`
-prints the report; `veri train` loads through `load_config`.
+harness bundle's manifest, the GPU layout) and, given `trainer_checks`, the trainer's (the reward code,
+GRPO settings against the installed TRL). `veri validate` prints the report; `veri train` loads through
+`load_config`; both pass veri.trainer.checks.TRAINER_CHECKS.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from veri.core.checks import CheckContext, RewardCheck, run_checks
+from veri.core.checks import CheckContext, TrainerChecks, run_checks
 from veri.core.config import JobConfig, problem_field, read_config_file, validate_fields
 from veri.core.layout import GpuInventory
 from veri.core.problems import Problem, ProblemsError
@@ -29,22 +30,24 @@ def check_config(
     *,
     base_dir: Path | None = None,
     gpus: GpuInventory | None = None,
-    reward_check: RewardCheck | None = None,
+    trainer_checks: TrainerChecks | None = None,
 ) -> ConfigReport:
     """Every problem in a job file at once.
 
-    `gpus` (a `layout.GpuInventory`) is the machine to plan for; None probes this one. Checks whose
-    inputs are themselves broken are skipped (their inputs are already reported).
+    `gpus` (a `layout.GpuInventory`) is the machine to plan for; None probes this one. `trainer_checks`:
+    the trainer's part (None: the schema's checks only). Checks whose inputs are themselves broken are
+    skipped (their inputs are already reported).
     """
     try:
         raw = read_config_file(path)
     except ProblemsError as error:
         return ConfigReport(None, error.problems)
-    values, problems = validate_fields(raw, (base_dir or Path.cwd()).resolve())
+    unknown_key = trainer_checks.unknown_key if trainer_checks is not None else None
+    values, problems = validate_fields(raw, (base_dir or Path.cwd()).resolve(), unknown_key)
     partial = JobConfig.model_construct(**values)
     valid = set(values) | {name for name, info in JobConfig.model_fields.items() if not info.is_required()}
     valid -= {problem_field(problem) for problem in problems}
-    context = CheckContext(gpus=gpus, reward_check=reward_check)
+    context = CheckContext(gpus=gpus, trainer=trainer_checks)
     problems += run_checks(partial, valid, context)
     config = JobConfig.model_validate(values) if not problems else None
     return ConfigReport(config, problems, context.notes)
@@ -55,10 +58,10 @@ def load_config(
     *,
     base_dir: Path | None = None,
     gpus: GpuInventory | None = None,
-    reward_check: RewardCheck | None = None,
+    trainer_checks: TrainerChecks | None = None,
 ) -> JobConfig:
     """Read and fully check a job file; raises `ProblemsError` listing every problem."""
-    report = check_config(path, base_dir=base_dir, gpus=gpus, reward_check=reward_check)
+    report = check_config(path, base_dir=base_dir, gpus=gpus, trainer_checks=trainer_checks)
     if report.problems:
         raise ProblemsError(str(path), report.problems)
     assert report.config is not None

@@ -57,10 +57,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 def _validate(args: argparse.Namespace) -> int:
     from veri.core.layout import GpuInventory
     from veri.core.validation import check_config
-    from veri.trainer.rewards import check_reward_functions
+    from veri.trainer.checks import TRAINER_CHECKS
 
     gpus = GpuInventory.nvidia(args.gpus) if args.gpus is not None else None
-    report = check_config(args.config, base_dir=args.base_dir, gpus=gpus, reward_check=check_reward_functions)
+    report = check_config(args.config, base_dir=args.base_dir, gpus=gpus, trainer_checks=TRAINER_CHECKS)
     for problem in report.problems:
         print(f"problem: {problem}")
     for note in report.notes:
@@ -85,9 +85,9 @@ def _train(args: argparse.Namespace) -> int:
 def _run_train(args: argparse.Namespace) -> int:
     from veri.core.validation import load_config
     from veri.trainer.archive import job_layout
+    from veri.trainer.checks import TRAINER_CHECKS
     from veri.trainer.errors import TRAIN_FAILURES
     from veri.trainer.job import TrainOptions, run_job
-    from veri.trainer.rewards import check_reward_functions
     from veri.trainer.ui.quiet import quiet_libraries
 
     options = TrainOptions(
@@ -99,7 +99,7 @@ def _run_train(args: argparse.Namespace) -> int:
     try:
         # Before anything imports them: the libraries' noise goes to the job's log, not the console.
         with quiet_libraries(job_layout(options.output_root, options.job_name).libraries_log):
-            config = load_config(args.config, base_dir=args.base_dir, reward_check=check_reward_functions)
+            config = load_config(args.config, base_dir=args.base_dir, trainer_checks=TRAINER_CHECKS)
             final = run_job(config, options)
     except TRAIN_FAILURES as error:  # expected failures: one line with the fix, no traceback (trainer/errors.py)
         print(f"veri train: {error}", file=sys.stderr)

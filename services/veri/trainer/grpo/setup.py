@@ -1,8 +1,8 @@
 """TRL wiring: the GRPOConfig a job gets, and its GRPOTrainer (full fine-tune or PEFT LoRA).
 
-The config is the job's (`JobConfig.grpo_config_kwargs`: veri's knobs, the backend's defaults, the
-`grpo:` pass-through) plus what only the trainer knows: the checkpoint folder, the reward weights
-and, for vLLM, where and how the weights go (the plan's weight sync, `weights.vllm_sync`).
+The config is the job's (veri.trainer.grpo.config: veri's knobs, the backend's defaults, the `grpo:`
+pass-through; the LoRA kwargs) plus what only a running job knows: the checkpoint folder, the reward
+weights and, for vLLM, where and how the weights go (the plan's weight sync, `weights.vllm_sync`).
 `TRAINER_DEFAULTS` apply where the job's `grpo:` section says nothing.
 
 vLLM, either sync: TRL runs in server mode, so its vLLM-only steps run: the sync before each step's
@@ -23,6 +23,7 @@ from typing import Any
 
 from veri.core.config import Backend, JobConfig
 from veri.core.layout import GpuLayout, PolicyDevice, WeightSync
+from veri.trainer.grpo.config import job_grpo_kwargs, lora_config_kwargs
 from veri.trainer.weights.vllm_sync import SyncSeat
 
 TRAINER_DEFAULTS: dict[str, Any] = {
@@ -38,7 +39,7 @@ def grpo_config_kwargs(
     policy_url: str | None = None,
 ) -> dict[str, Any]:
     """`plan` and `policy_url` (the first policy server): vLLM jobs only."""
-    kwargs = {**TRAINER_DEFAULTS, **config.grpo_config_kwargs()}
+    kwargs = {**TRAINER_DEFAULTS, **job_grpo_kwargs(config)}
     kwargs |= {"output_dir": str(output_dir), "reward_weights": reward_weights}
     if config.backend != Backend.VLLM:
         return kwargs
@@ -71,7 +72,7 @@ def free_port() -> int:
 
 def lora_config(config: JobConfig) -> Any:
     """A `peft.LoraConfig` when `lora_rank` is set, else None (full fine-tune)."""
-    kwargs = config.lora_config_kwargs()
+    kwargs = lora_config_kwargs(config)
     if kwargs is None:
         return None
     from peft import LoraConfig

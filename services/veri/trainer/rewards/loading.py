@@ -25,7 +25,7 @@ def load_reward_functions(rewards: list[RewardConfig], columns: list[str] | None
 
 
 def check_reward_functions(rewards: list[RewardConfig], columns: list[str] | None) -> list[Problem]:
-    """The `reward_check` hook of `check_config`: load every function and check its signature."""
+    """The `TrainerChecks.rewards` hook of `check_config`: load every function and check its signature."""
     return _load(rewards, columns)[1]
 
 
