@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from tests.stack.conftest import REPO
 from veri.core.rollouts import RolloutRecord
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # make train may rebuild veri/runtime first
 
 JOB = "tests/stack/train_job/job.yaml"
 TINY = REPO / "build" / "models" / "tiny"
