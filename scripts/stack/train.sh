@@ -10,9 +10,9 @@ VERI=${VERI:-.venv/bin/veri}
 project=${VERI_PROJECT:-veri}
 name=${NAME:-$(basename "${CONFIG%.*}")}
 
-# The job's stack settings; a vLLM job's plan is made here, once, and printed (stack-env's stderr).
-settings=$("$VERI" stack-env "$CONFIG")
-eval "$settings"
+# The model first (veri's own are built here): a vLLM job's plan reads its head counts and size.
+model=$("$VERI" stack-env "$CONFIG" --model-only)
+eval "$model"
 model_dir=$VERI_MODELS_DIR/$VERI_MODEL
 if [ ! -f "$model_dir/config.json" ]; then
   case $VERI_MODEL in
@@ -20,6 +20,9 @@ if [ ! -f "$model_dir/config.json" ]; then
     *) echo "make train: no model at $model_dir; put a transformers folder there" >&2; exit 1 ;;
   esac
 fi
+# The job's stack settings; a vLLM job's plan is made here, once, and printed (stack-env's stderr).
+settings=$("$VERI" stack-env "$CONFIG")
+eval "$settings"
 "$VERI" validate "$CONFIG"
 if [ "$VERI_POLICY_BACKEND" = vllm ]; then
   # The vLLM images: the CPU twin is (re)built offline here when its inputs changed (veri's code is in

@@ -59,3 +59,13 @@ def test_four_gpus_one_server_with_vllm_dp_and_devices_per_container(tiny_model,
     command = policy["command"]
     assert command[command.index("--data-parallel-size") + 1] == "3"
     assert command[command.index("--weight-transfer-config") + 1] == '{"backend": "nccl"}'  # TRL's NCCL sync
+
+
+def test_model_only_needs_no_model_folder(tmp_path):
+    """`make train` asks where the model lives before building it: nothing is planned or written yet."""
+    job = tmp_path / "job.yaml"
+    job.write_text((REPO / "config/url_extract_vllm_cpu.yaml").read_text().replace(
+        "model: build/models/tiny-vllm", f"model: {tmp_path / 'models' / 'tiny-vllm'}"))
+    values = stack_env(job, tmp_path / "state", model_only=True)
+    assert values == {"VERI_MODELS_DIR": str(tmp_path / "models"), "VERI_MODEL": "tiny-vllm"}
+    assert not (tmp_path / "state").exists()

@@ -31,18 +31,23 @@ def register(commands: argparse._SubParsersAction) -> None:
     command.add_argument("config", type=Path)
     command.add_argument("--state", type=Path, default=None,
                          help=f"the stack's state folder (default ${envs.VERI_STATE_DIR} or build/state)")
+    command.add_argument("--model-only", action="store_true",
+                         help="only where the job's model lives (VERI_MODELS_DIR, VERI_MODEL): no plan, no file")
     command.set_defaults(func=_print)
 
 
-def stack_env(config_path: Path, state_dir: Path | None = None) -> dict[str, str]:
-    """The assignments; for `backend: vllm` also writes the policy's compose override into the state folder."""
+def stack_env(config_path: Path, state_dir: Path | None = None, *, model_only: bool = False) -> dict[str, str]:
+    """The assignments; for `backend: vllm` also writes the policy's compose override into the state folder.
+    `model_only`: just the model's place (`make train` builds veri's own models before the plan reads them)."""
     from veri.core.config import Backend, parse_config, read_config_file
 
     config = parse_config(read_config_file(config_path))  # structure only: the model may not exist yet
     model = config.model.resolve()
+    where = {"VERI_MODELS_DIR": str(model.parent), "VERI_MODEL": model.name}
+    if model_only:
+        return where
     values = {
-        "VERI_MODELS_DIR": str(model.parent),
-        "VERI_MODEL": model.name,
+        **where,
         "VERI_TEMPERATURE": repr(config.sampling.temperature),
         "VERI_TOP_P": repr(config.sampling.top_p),
         "VERI_MAX_TOKENS": str(config.max_tokens_per_call),
@@ -89,7 +94,7 @@ def _print(args: argparse.Namespace) -> int:
     from veri.core.problems import ProblemsError
 
     try:
-        values = stack_env(args.config, args.state)
+        values = stack_env(args.config, args.state, model_only=args.model_only)
     except ProblemsError as error:
         print(error, file=sys.stderr)
         return 1
