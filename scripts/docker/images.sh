@@ -7,23 +7,7 @@ VENDOR=${VENDOR:-vendor}
 PREFIX=${IMAGE_PREFIX:-veri}
 CLAUDE_CODE_VERSION=${CLAUDE_CODE_VERSION:?}
 
-if [ -n "${BASE_OS_IMAGE:-}" ]; then
-  os=$BASE_OS_IMAGE
-  docker image inspect "$os" >/dev/null 2>&1 || docker pull "$os" \
-    || { echo "images: BASE_OS_IMAGE=$os is neither local nor pullable (docker load it first)" >&2; exit 1; }
-else
-  os=$PREFIX/os-base
-  [ -s "$VENDOR/os/rootfs.tar" ] || { echo "images: no $VENDOR/os/rootfs.tar: run make vendor (online) first" >&2; exit 1; }
-  digest=$(cat "$VENDOR/os/.inputs" "$VENDOR/os/rootfs.tar" | sha256sum | cut -c1-32)
-  if [ "$(docker image inspect -f '{{index .Config.Labels "org.veri.inputs"}}' "$os" 2>/dev/null)" = "$digest" ]; then
-    echo "images: $os is up to date"
-  else
-    start=$SECONDS
-    docker import --change "LABEL org.veri.inputs=$digest" --change 'ENV LANG=C.UTF-8' \
-      --change 'CMD ["/bin/bash"]' "$VENDOR/os/rootfs.tar" "$os" >/dev/null
-    echo "images: $os imported in $((SECONDS - start)) s"
-  fi
-fi
+os=$("$here/os-base.sh")
 
 # Wheels and tarballs are served to the builds on 127.0.0.1 (SERVE), not sent in their contexts.
 PARENTS=$os BUILD_ARGS="OS_IMAGE=$os" SERVE="wheels=$VENDOR/wheels/base" \
