@@ -20,7 +20,8 @@ covered=0
 for p in "$@"; do case "$(realpath "$DOCKERFILE")" in "$(realpath "$p")"/*) covered=1 ;; esac; done
 [ $covered = 1 ] || paths+=("$DOCKERFILE")
 ctx() { tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
-  --exclude=__pycache__ --exclude='*.pyc' --exclude='*.egg-info' --exclude='.inputs' -c "${paths[@]}"; }
+  --exclude=__pycache__ --exclude='*.pyc' --exclude='*.egg-info' --exclude='.inputs' --exclude=.ruff_cache \
+  --exclude=.mypy_cache --exclude=.pytest_cache -c "${paths[@]}"; }
 args=()
 while IFS= read -r kv; do [ -z "$kv" ] || args+=(--build-arg "$kv"); done <<<"${BUILD_ARGS:-}"
 ca=""
