@@ -13,12 +13,22 @@ from veri.appliance.policy_compose import compose_override, images_for, policy_u
 from veri.appliance.stack_env import stack_env
 from veri.core.config import parse_config
 from veri.core.layout import GpuInventory, GpuLayout
+from veri.models.tiny import VLLM_CPU_HEAD_DIM, build_tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+def cpu_twin_job(folder: Path) -> Path:
+    """config/url_extract_vllm_cpu.yaml with its model (tiny-vllm) built in `folder`."""
+    model = build_tiny_model(folder / "models" / "tiny-vllm", head_dim=VLLM_CPU_HEAD_DIM)
+    job = folder / "job.yaml"
+    job.write_text((REPO / "config/url_extract_vllm_cpu.yaml").read_text().replace(
+        "model: build/models/tiny-vllm", f"model: {model}"))
+    return job
+
+
 def test_the_cpu_twin_job_gets_two_vllm_servers_and_the_plan(tmp_path):
-    values = stack_env(REPO / "config/url_extract_vllm_cpu.yaml", tmp_path)
+    values = stack_env(cpu_twin_job(tmp_path), tmp_path)
     base, override = values["COMPOSE_FILE"].split(":")
     assert base == "compose.yaml" and Path(override) == tmp_path / "compose.policy.yaml"
     services = json.loads(Path(override).read_text())["services"]
