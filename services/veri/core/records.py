@@ -28,6 +28,7 @@ class Protocol(StrEnum):
     OPENAI_CHAT = "openai.chat.completions"
     OPENAI_COMPLETIONS = "openai.completions"
     ANTHROPIC_MESSAGES = "anthropic.messages"
+    OPENAI_RESPONSES = "openai.responses"
 
 
 class Span(BaseModel):

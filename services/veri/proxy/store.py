@@ -321,6 +321,19 @@ class SpanStore:
             return None
         return PriorTurn(found[0], found[1], _unpack(found[2]), _unpack(found[3]))
 
+    def span_by_response_id(self, rollout_id: str, response_id: str) -> Span | None:
+        """The span of this rollout whose response carries `response_id` (Responses API chains)."""
+        with self._lock:
+            found = self._db.execute(
+                "SELECT span, prompt_ids, completion_ids FROM spans WHERE rollout_id = ? "
+                "AND json_extract(span, '$.response.id') = ? ORDER BY request_index DESC LIMIT 1",
+                (rollout_id, response_id),
+            ).fetchone()
+        if found is None:
+            return None
+        return Span.model_validate({**orjson.loads(found[0]), "prompt_token_ids": _unpack(found[1]),
+                                    "completion_token_ids": _unpack(found[2])})
+
     def latest_span_messages(self, rollout_id: str) -> tuple[int, list[dict[str, Any]]] | None:
         """(request_index, messages + assistant reply) of the latest span, for diagnostics."""
         with self._lock:
