@@ -22,6 +22,10 @@ VERI_GPU_PLAN = "VERI_GPU_PLAN"
 VERI_RESUME_COMMAND = "VERI_RESUME_COMMAND"  # `veri train`: the resume command it prints (make train sets it)
 VERI_MODEL = "VERI_MODEL"  # the job's model folder name under VERI_MODELS_DIR; `veri run-harness` model name
 
+# prometheus-client's multiprocess folder: `veri serve proxy --workers N` sets a fresh one per start so
+# /metrics sums every worker (core/metrics.py); an inherited one is dropped, never shared between runs.
+PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+
 # --- read from the machine (GPU layout probe) ------------------------------------------------
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"  # the GPUs this job may use
 SLURM_JOB_NUM_NODES = "SLURM_JOB_NUM_NODES"  # set inside a SLURM allocation: more than 1 = multi-node
