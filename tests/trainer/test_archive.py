@@ -221,7 +221,7 @@ def test_index_rows_and_filters(archive: JobArchive):
         "step": 0, "task_index": 0, "rollout_index": 0, "rollout_id": "r-0-0", "status": "completed",
         "reward": 1.0, "trainable": True, "verdicts": [], "turns": 3, "prompt_tokens": 3,
         "completion_tokens": 7, "environment_tokens": 3, "policy_version": 0, "policy_versions": "0",
-        "path": "trajectories/step-0/task-0/rollout-0.json",
+        "path": "trajectories/step-0/task-0/rollout-0.json", "final_answer": "",
     }
     assert archive.read_rollout(first["path"]).rollout_id == "r-0-0"
     with pytest.raises(ValueError, match="outside the archive"):
@@ -433,3 +433,88 @@ def test_wandb_gets_metrics_when_a_key_is_set(tmp_path: Path, monkeypatch: pytes
     with JobArchive(root, "job-1") as archive:
         archive.write_step_metrics(2, {"reward/mean": 0.5})
     assert calls == []
+
+
+# --- the console's queries and job.json --------------------------------------------------------------
+
+
+def test_search_filters_sorts_and_finds(archive: JobArchive):
+    from veri.trainer.archive import RolloutQuery
+
+    answers = ["the URL is https://a.example/x", "no idea", "100% sure: b_c"]
+    for step in range(3):
+        for task, text in enumerate(answers):
+            spans = [make_span(0, [1, 2], [3, 99], reply=text)]
+            archive.write_rollout(step, record(task, 0, spans, reward=float(task + step)))
+        archive.write_step_metrics(step, {"rollouts": 3})
+    with ArchiveIndex(archive.dir) as index:
+        def keys(query: RolloutQuery) -> list[tuple[int, int]]:
+            return [(row["step"], row["task_index"]) for row in index.search(query)]
+
+        in_range = RolloutQuery(step_min=1, step_max=2, reward_min=2, reward_max=3)
+        assert keys(in_range) == [(1, 1), (1, 2), (2, 0), (2, 1)]
+        assert keys(RolloutQuery(text="URL IS")) == [(0, 0), (1, 0), (2, 0)]
+        assert keys(RolloutQuery(text="%")) == [(0, 2), (1, 2), (2, 2)]  # LIKE wildcards are literal
+        assert keys(RolloutQuery(text="b_c", step_min=2)) == [(2, 2)]
+        assert keys(RolloutQuery(task_index=1, sort="reward", descending=True)) == [(2, 1), (1, 1), (0, 1)]
+        assert index.count(RolloutQuery(step_min=1)) == 6
+        assert index.find(2, 1, 0)["reward"] == 3.0 and index.find(9, 0, 0) is None
+        assert index.step_range() == (0, 2) and index.task_indexes() == [0, 1, 2]
+        assert index.search(RolloutQuery(step_min=0, step_max=0))[2]["final_answer"] == "100% sure: b_c"
+        with pytest.raises(ValueError, match="outside the archive"):
+            index.read_rollout("trajectories/../../job-2/x.json")
+    with pytest.raises(ValueError, match="use one of step, reward"):
+        RolloutQuery(sort="nonsense")
+
+
+def test_an_index_of_the_old_schema_is_refused_by_readers_and_rebuilt_by_the_trainer(tmp_path: Path):
+    from veri.trainer.archive import IndexOutdated
+
+    root = tmp_path / "archive"
+    with JobArchive(root, "job-1") as archive:
+        write_step(archive, 0)
+    db = sqlite3.connect(root / "job-1" / "index.sqlite")
+    db.execute("ALTER TABLE rollouts DROP COLUMN final_answer")
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    with pytest.raises(IndexOutdated, match="schema 1, this veri reads 2: rebuild it"):
+        ArchiveIndex(root / "job-1")
+    with JobArchive(root, "job-1") as archive:  # the trainer rebuilds it from the files
+        assert len(archive.rollouts(step=0)) == 6
+
+
+@pytest.mark.parametrize(("raised", "status"), [(None, "finished"), (KeyboardInterrupt, "stopped"),
+                                                (RuntimeError, "failed")])
+def test_job_file_says_how_the_job_ended(tmp_path: Path, raised, status):
+    from veri.trainer.archive import ArchiveLayout, job_status, read_job_file
+
+    layout = ArchiveLayout(tmp_path / "job-1")
+
+    def run() -> None:
+        with JobArchive(tmp_path, "job-1") as archive:
+            archive.start_job(model="build/models/tiny", max_steps=3, config={"max_steps": 3})
+            assert job_status(layout) == "running"  # this process holds the writer lock
+            if raised:
+                raise raised("boom")
+
+    if raised:
+        with pytest.raises(raised):
+            run()
+    else:
+        run()
+    info = read_job_file(layout)
+    assert job_status(layout) == status and info["status"] == status
+    assert info["max_steps"] == 3 and info["ended_at"] >= info["started_at"]
+    assert (info["error"] == "RuntimeError: boom") == (status == "failed")
+
+
+def test_a_running_job_whose_trainer_died_reads_failed(tmp_path: Path):
+    from veri.trainer.archive import ArchiveLayout, job_status
+    from veri.trainer.archive.status import write_job_start
+
+    layout = ArchiveLayout(tmp_path / "job-1")
+    layout.dir.mkdir()
+    write_job_start(layout, model="m", max_steps=1, config={})
+    assert job_status(layout) == "failed"  # job.json says running, but nobody holds the writer lock
+    assert job_status(ArchiveLayout(tmp_path / "none")) is None

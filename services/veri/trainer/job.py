@@ -70,6 +70,7 @@ def run_job(config: JobConfig, options: TrainOptions) -> Path:
                     f" proxy {options.proxy_url}, policy {', '.join(options.policy_urls)}")
         if plan is not None:
             archive.log("GPU plan: " + plan.describe())
+        archive.start_job(model=str(config.model), max_steps=config.max_steps, config=config.model_dump(mode="json"))
         trainer = _train(config, options, settings, archive, folders, checkpoint, plan)
         final = _save_final(trainer, folders.model)
         archive.log(f"done: final model in {final}")

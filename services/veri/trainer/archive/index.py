@@ -1,18 +1,25 @@
 """The archive's SQLite index (index.sqlite): what the console lists and filters. Rebuildable from the files.
 
     rollouts(step, task_index, rollout_index, rollout_id, status, reward, trainable, verdicts, turns,
-             prompt_tokens, completion_tokens, environment_tokens, policy_version, policy_versions, path)
+             prompt_tokens, completion_tokens, environment_tokens, policy_version, policy_versions, path,
+             final_answer)
         one row per trajectories/step-<N>/task-<M>/rollout-<K>.json; key (step, task_index, rollout_index)
         verdicts: the distinct rule names that fired, comma-separated in order ("" when none)
         turns: spans in the rollout; *_tokens: from the episode row (0 without a row; completion = sampled)
         policy_version: the highest version over its spans (NULL without spans); policy_versions: all, "3,4"
         path: the rollout file relative to the archive folder ("trajectories/step-0/task-1/rollout-2.json")
+        final_answer: the text of the last span's reply (the first FINAL_ANSWER_CHARS), for text search
     steps(step, metrics)
         one row per line of metrics.jsonl (metrics: that line's JSON): the completed steps
 
 The trainer writes it (`IndexWriter`, one connection, a commit per row); the console reads it with
 `ArchiveIndex`, which opens the database read-only, so a read-only archive mount works. The database
 uses SQLite's default rollback journal (no WAL), because WAL needs a writable folder even to read.
+
+Schema versions (PRAGMA user_version): 1 had no final_answer; 2 adds it and the indexes the console's
+filters and sorts use. The index is rebuilt from the files, never migrated: the trainer's `JobArchive`
+rebuilds an older one when it opens the archive, `rebuild_index` does it by hand, and `ArchiveIndex`
+refuses one it cannot read with that fix in the message.
 """
 
 from __future__ import annotations
@@ -26,7 +33,8 @@ from typing import Any, Self
 from veri.core.rollouts import RolloutRecord
 from veri.trainer.archive.layout import ArchiveLayout, read_metrics
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+FINAL_ANSWER_CHARS = 4000
 BUSY_TIMEOUT_MS = 10_000
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS rollouts (
@@ -45,16 +53,28 @@ CREATE TABLE IF NOT EXISTS rollouts (
     policy_version INTEGER,
     policy_versions TEXT NOT NULL,
     path TEXT NOT NULL,
+    final_answer TEXT NOT NULL,
     PRIMARY KEY (step, task_index, rollout_index)
 );
 CREATE INDEX IF NOT EXISTS rollouts_by_status ON rollouts (step, status);
 CREATE INDEX IF NOT EXISTS rollouts_by_id ON rollouts (rollout_id);
+CREATE INDEX IF NOT EXISTS rollouts_by_task ON rollouts (task_index, step);
+CREATE INDEX IF NOT EXISTS rollouts_by_reward ON rollouts (step, reward);
 CREATE TABLE IF NOT EXISTS steps (step INTEGER PRIMARY KEY, metrics TEXT NOT NULL);
 """
 COLUMNS = (
     "step", "task_index", "rollout_index", "rollout_id", "status", "reward", "trainable", "verdicts", "turns",
     "prompt_tokens", "completion_tokens", "environment_tokens", "policy_version", "policy_versions", "path",
+    "final_answer",
 )
+# The orders the console offers: name -> ORDER BY (ties broken by position, so pages are stable).
+SORTS = {
+    "step": "step, task_index, rollout_index",
+    "reward": "reward, step, task_index, rollout_index",
+    "turns": "turns, step, task_index, rollout_index",
+    "tokens": "completion_tokens, step, task_index, rollout_index",
+    "task": "task_index, step, rollout_index",
+}
 
 
 def index_row(step: int, record: RolloutRecord, path: str) -> dict[str, Any]:
@@ -79,7 +99,20 @@ def index_row(step: int, record: RolloutRecord, path: str) -> dict[str, Any]:
         "policy_version": versions[-1] if versions else None,
         "policy_versions": ",".join(map(str, versions)),
         "path": path,
+        "final_answer": final_answer(record)[:FINAL_ANSWER_CHARS],
     }
+
+
+def final_answer(record: RolloutRecord) -> str:
+    """The text of the rollout's last model reply ('' without spans, or when it was only tool calls)."""
+    if not record.spans:
+        return ""
+    content = record.spans[-1].reply_message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return ""
 
 
 def read_rollout(path: Path) -> RolloutRecord:
@@ -189,6 +222,14 @@ class ArchiveIndex:
         uri = f"{self.layout.index.as_uri()}?mode=ro"
         self.db = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
         self.db.row_factory = sqlite3.Row
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            self.db.close()
+            raise IndexOutdated(
+                f"{self.layout.index} has index schema {version}, this veri reads {SCHEMA_VERSION}: rebuild it"
+                f" from the files (python -m veri.trainer.archive.index {self.layout.dir}), or resume the job"
+                " (the trainer rebuilds it)"
+            )
 
     def list_steps(self) -> list[dict[str, Any]]:
         """Every step with rollouts or metrics, ascending: {step, complete, rollouts, metrics (None until
@@ -212,23 +253,44 @@ class ArchiveIndex:
         trainable: bool | None = None,
     ) -> list[dict[str, Any]]:
         """Index rows, filtered (rule: rollouts where that rule fired), ordered by step, task, rollout."""
-        where, params = _filters(step, status, rule, trainable)
-        query = f"SELECT * FROM rollouts{where} ORDER BY step, task_index, rollout_index LIMIT ? OFFSET ?"
-        return [_row(row) for row in self.db.execute(query, [*params, limit, offset])]
+        query = RolloutQuery(step_min=step, step_max=step, status=status, rule=rule, trainable=trainable)
+        return self.search(query, limit, offset)
 
     def count_rollouts(
         self, step: int | None = None, status: str | None = None, rule: str | None = None, *,
         trainable: bool | None = None,
     ) -> int:
-        where, params = _filters(step, status, rule, trainable)
+        return self.count(RolloutQuery(step_min=step, step_max=step, status=status, rule=rule, trainable=trainable))
+
+    def search(self, query: RolloutQuery, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
+        """One page of index rows matching `query`, in its order."""
+        where, params = query.where()
+        order = ", ".join(f"{column} DESC" for column in SORTS[query.sort].split(", ")) if query.descending \
+            else SORTS[query.sort]
+        sql = f"SELECT * FROM rollouts{where} ORDER BY {order} LIMIT ? OFFSET ?"
+        return [_row(row) for row in self.db.execute(sql, [*params, limit, offset])]
+
+    def count(self, query: RolloutQuery) -> int:
+        where, params = query.where()
         return self.db.execute(f"SELECT COUNT(*) FROM rollouts{where}", params).fetchone()[0]
+
+    def find(self, step: int, task_index: int, rollout_index: int) -> dict[str, Any] | None:
+        """The row of one rollout (None when the index has no such rollout)."""
+        row = self.db.execute("SELECT * FROM rollouts WHERE step = ? AND task_index = ? AND rollout_index = ?",
+                              (step, task_index, rollout_index)).fetchone()
+        return _row(row) if row else None
+
+    def step_range(self) -> tuple[int, int] | None:
+        """The lowest and highest step with rollouts (None: no rollouts yet)."""
+        low, high = self.db.execute("SELECT MIN(step), MAX(step) FROM rollouts").fetchone()
+        return None if low is None else (low, high)
+
+    def task_indexes(self) -> list[int]:
+        return [task for (task,) in self.db.execute("SELECT DISTINCT task_index FROM rollouts ORDER BY task_index")]
 
     def read_rollout(self, path: str | Path) -> RolloutRecord:
         """The record at an index row's `path`; refuses a path outside the archive folder."""
-        full = (self.layout.dir / path).resolve()
-        if not full.is_relative_to(self.layout.dir):
-            raise ValueError(f"{path} is outside the archive {self.layout.dir}")
-        return read_rollout(full)
+        return read_rollout(self.layout.inside(path))
 
     def metrics(self) -> list[dict[str, Any]]:
         """Every completed step's metrics line, from metrics.jsonl (the source of truth), ascending."""
@@ -244,21 +306,55 @@ class ArchiveIndex:
         self.close()
 
 
-def _filters(step: int | None, status: str | None, rule: str | None, trainable: bool | None) -> tuple[str, list]:
-    clauses, params = [], []
-    if step is not None:
-        clauses.append("step = ?")
-        params.append(step)
-    if status is not None:
-        clauses.append("status = ?")
-        params.append(str(status))
-    if rule is not None:
-        clauses.append("instr(',' || verdicts || ',', ',' || ? || ',') > 0")
-        params.append(str(rule))
-    if trainable is not None:
-        clauses.append("trainable = ?")
-        params.append(int(trainable))
-    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+class IndexOutdated(sqlite3.DatabaseError):
+    """index.sqlite was written by another schema version (rebuild it from the files)."""
+
+
+@dataclass(frozen=True)
+class RolloutQuery:
+    """Which rollouts, and in what order. Every field is optional; bounds are inclusive.
+
+    rule: rollouts where that rule fired; text: a case-insensitive substring of the final answer;
+    sort: a key of SORTS.
+    """
+
+    step_min: int | None = None
+    step_max: int | None = None
+    status: str | None = None
+    rule: str | None = None
+    reward_min: float | None = None
+    reward_max: float | None = None
+    task_index: int | None = None
+    text: str | None = None
+    trainable: bool | None = None
+    sort: str = "step"
+    descending: bool = False
+
+    def __post_init__(self) -> None:
+        if self.sort not in SORTS:
+            raise ValueError(f"sort {self.sort!r}: use one of {', '.join(SORTS)}")
+
+    def where(self) -> tuple[str, list[Any]]:
+        clauses: list[str] = []
+        params: list[Any] = []
+
+        def add(clause: str, value: Any) -> None:
+            if value is not None:
+                clauses.append(clause)
+                params.append(value)
+
+        add("step >= ?", self.step_min)
+        add("step <= ?", self.step_max)
+        add("status = ?", None if self.status is None else str(self.status))
+        add("instr(',' || verdicts || ',', ',' || ? || ',') > 0", None if self.rule is None else str(self.rule))
+        add("reward >= ?", self.reward_min)
+        add("reward <= ?", self.reward_max)
+        add("task_index = ?", self.task_index)
+        add("trainable = ?", None if self.trainable is None else int(self.trainable))
+        if self.text:
+            escaped = self.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            add("final_answer LIKE ? ESCAPE '\\'", f"%{escaped}%")
+        return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
 def _row(row: sqlite3.Row) -> dict[str, Any]:
@@ -266,3 +362,11 @@ def _row(row: sqlite3.Row) -> dict[str, Any]:
     item["trainable"] = bool(item["trainable"])
     item["verdicts"] = item["verdicts"].split(",") if item["verdicts"] else []
     return item
+
+
+if __name__ == "__main__":  # python -m veri.trainer.archive.index JOB_FOLDER: rebuild its index from the files
+    import sys
+
+    for folder in sys.argv[1:]:
+        done = rebuild_index(Path(folder))
+        print(f"{folder}: {done.rollouts} rollouts, {done.steps} steps; unreadable: {done.unreadable or 'none'}")

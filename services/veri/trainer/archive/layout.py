@@ -5,6 +5,8 @@ crash-safe ways the archive writes and reads them.
         trajectories/step-<N>/task-<M>/rollout-<K>.json   one RolloutRecord (its JSON, as `veri debug` reads)
         trajectories/step-<N>/task-<M>/rollout-<K>.log    the harness's stdout/stderr tail, when given
         metrics.jsonl                                      one line per completed step: {"step", "time", ...}
+        job.json                                           the job's status (running / finished / failed /
+                                                           stopped), start and end, model, max_steps, config
         logs/train.log                                     the trainer's log, one timestamped line per message
         logs/libraries.log                                 what transformers, TRL, ... print (`veri train`)
         index.sqlite                                       the console's index (rebuildable from the files)
@@ -71,6 +73,16 @@ class ArchiveLayout:
         return self.dir / "index.sqlite"
 
     @property
+    def job_file(self) -> Path:
+        """job.json: what the trainer says about the job as a whole (`writer.JobArchive.start_job`)."""
+        return self.dir / "job.json"
+
+    @property
+    def writer_lock(self) -> Path:
+        """Held (flock) by the one trainer writing this archive."""
+        return self.dir / "writer.lock"
+
+    @property
     def tensorboard(self) -> Path:
         return self.dir / "tensorboard"
 
@@ -99,6 +111,13 @@ class ArchiveLayout:
 
     def rollout_path(self, step: int, task_index: int, rollout_index: int) -> Path:
         return self.step_dir(step) / f"task-{task_index}" / f"rollout-{rollout_index}.json"
+
+    def inside(self, relative: str | Path) -> Path:
+        """The file at `relative` (an index row's `path`); a path that leads outside the folder is a ValueError."""
+        full = (self.dir / relative).resolve()
+        if not full.is_relative_to(self.dir.resolve()):
+            raise ValueError(f"{relative} is outside the archive {self.dir}")
+        return full
 
     def relative(self, path: Path) -> str:
         """`path` relative to the archive folder, with forward slashes (what the index stores)."""

@@ -41,6 +41,7 @@ from veri.core.rollouts import RolloutRecord
 from veri.trainer.archive.index import ArchiveIndex, IndexWriter, index_row
 from veri.trainer.archive.layout import ArchiveLayout, append_line, atomic_write, cut_partial_tail, read_metrics
 from veri.trainer.archive.metrics import MetricSinks
+from veri.trainer.archive.status import JobStatus, write_job_end, write_job_start
 from veri.trainer.errors import ArchiveInUse, JobError
 
 JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -66,8 +67,9 @@ class JobArchive:
         for folder in (self.layout.trajectories, self.layout.logs):
             folder.mkdir(parents=True, exist_ok=True)
         self._mutex = threading.RLock()
-        self._lock_fd = _lock(self.dir / "writer.lock")
+        self._lock_fd = _lock(self.layout.writer_lock)
         self._reader: ArchiveIndex | None = None
+        self._started = False
         try:
             self._recover()
             self._index = self._open_index()
@@ -108,6 +110,11 @@ class JobArchive:
             self._last_completed = step
             self._index.upsert_step(step, line)
             self._sinks.write(step, {key: value for key, value in clean.items() if value is not None})
+
+    def start_job(self, *, model: str, max_steps: int, config: dict[str, Any]) -> None:
+        """Say in job.json that training runs; the `with` block's end writes the outcome (`archive.status`)."""
+        write_job_start(self.layout, model=model, max_steps=max_steps, config=config)
+        self._started = True
 
     def log(self, message: str) -> None:
         """Append `message` to logs/train.log, prefixed with a UTC timestamp (continuation lines indented)."""
@@ -183,8 +190,17 @@ class JobArchive:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, *tb: object) -> None:
+        try:
+            if self._started:
+                if kind is None:
+                    write_job_end(self.layout, JobStatus.FINISHED)
+                elif issubclass(kind, KeyboardInterrupt):
+                    write_job_end(self.layout, JobStatus.STOPPED)
+                else:
+                    write_job_end(self.layout, JobStatus.FAILED, f"{kind.__name__}: {error}")
+        finally:
+            self.close()
 
     # --- internals -----------------------------------------------------------------------------------
 
