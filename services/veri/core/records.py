@@ -7,7 +7,7 @@ before the response goes back to the harness, so nothing the policy sampled is e
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,6 +29,31 @@ class Protocol(StrEnum):
     OPENAI_COMPLETIONS = "openai.completions"
     ANTHROPIC_MESSAGES = "anthropic.messages"
     OPENAI_RESPONSES = "openai.responses"
+
+
+class ToolCallFailure(StrEnum):
+    """Why a tool call the policy wrote did not reach the harness as a clean call."""
+
+    INVALID_JSON = "invalid_json"  # the call's body is not JSON
+    TRUNCATED = "truncated"  # the call was still open when the completion ended (max_tokens, a stop)
+    MISSING_NAME = "missing_name"  # JSON, but no function name
+    MALFORMED = "malformed"  # a shape the format does not allow, or arguments that are not an object
+    UNKNOWN_TOOL = "unknown_tool"  # a name the request's tools do not have
+
+
+class ToolCallParseFailure(BaseModel):
+    """One tool call in a completion that the renderer could not turn into a call for the harness."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: ToolCallFailure
+    name: str | None = Field(default=None, description="the function name, when one could be read")
+    raw: str = Field(description="the call as the policy wrote it (cut to RAW_LIMIT characters)")
+    sent_as: Literal["text", "tool_call"] = Field(
+        description="what the harness got: the written text in the reply's content, or (unknown_tool) the call"
+    )
+
+    RAW_LIMIT: ClassVar[int] = 2000
 
 
 class Span(BaseModel):
@@ -72,6 +97,17 @@ class Span(BaseModel):
     sampling: dict[str, Any] = Field(description="the sampling parameters actually sent to the policy")
     started_at: float = Field(description="unix time the request arrived")
     duration_s: float
+    tool_call_failures: list[ToolCallParseFailure] = Field(
+        default_factory=list, description="tool calls in the completion the renderer could not parse"
+    )
+    client_retry_count: int | None = Field(
+        default=None, description="the retry count the client sent with the sampled request"
+        " (x-stainless-retry-count): > 0 after earlier attempts that left no span (a 503, a dropped connection)",
+    )
+    retried_at: list[float] = Field(
+        default_factory=list, description="unix times the client re-sent this same request (its timeout, a lost"
+        " reply) and was answered from this span: no second sample, no second branch",
+    )
 
 
 class SessionStatus(StrEnum):
