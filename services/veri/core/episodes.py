@@ -30,12 +30,13 @@ A rejected rollout keeps its row when one can be built (for the record and `veri
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from veri.core.records import TokenFidelity
 
@@ -146,6 +147,12 @@ class Verdict(BaseModel):
         return cls(rule=rule, effect=spec.effect, message=message, fix=spec.fix, span=span, details=details)
 
 
+# A span field that cannot be read is read as its default and noted in `EpisodeSpan.unreadable`; when
+# it is one of these, the span's ids (or its logprobs) cannot be trusted, so the matching rule fires.
+ID_FIELDS = ("span", "prompt_token_ids", "completion_token_ids", "token_fidelity")
+LOGPROB_FIELDS = ("completion_logprobs", "logprobs_absent")
+
+
 class EpisodeSpan(BaseModel):
     """The span fields episodes read. Lenient, so `veri debug` reads any record with these field names."""
 
@@ -163,6 +170,37 @@ class EpisodeSpan(BaseModel):
     finish_reason: str | None = None
     messages: list[dict[str, Any]] = Field(default_factory=list)
     reply_message: dict[str, Any] = Field(default_factory=dict)
+    tool_call_failures: list[dict[str, Any]] = Field(default_factory=list)
+    retried_at: list[float] = Field(default_factory=list)
+    unreadable: dict[str, str] = Field(
+        default_factory=dict, description="field -> what is wrong with it, for fields read as their default"
+    )
+
+    @classmethod
+    def read(cls, data: Any, position: int) -> EpisodeSpan:
+        """A span as a record holds it (a veri `Span`, a dict, or something broken) at `position` in its list.
+
+        Never raises: a field that cannot be read is noted in `unreadable` and read as its default, so
+        the rules judge what is left (a null `prompt_token_ids` is `token_ids_absent`, not a crash).
+        """
+        if isinstance(data, BaseModel):
+            data = data.model_dump()
+        if not isinstance(data, dict):
+            return cls(request_index=position, unreadable={"span": f"the span is {json_kind(data)}, not an object"})
+        if data.get("request_index") is None:  # absent, or null in a foreign record: its place in the list
+            data = {**data, "request_index": position}
+        try:
+            return cls.model_validate(data)
+        except ValidationError as error:
+            unreadable: dict[str, str] = {}
+            for problem in error.errors():
+                field = str(problem["loc"][0]) if problem["loc"] else "span"
+                unreadable.setdefault(field, _what_is_wrong(problem))
+            kept = {key: value for key, value in data.items() if key not in unreadable and key != "unreadable"}
+            if "request_index" in unreadable:
+                kept["request_index"] = position
+                unreadable["request_index"] += f" (read as its position, {position})"
+            return cls.model_validate({**kept, "unreadable": unreadable})
 
     @property
     def sequence(self) -> list[int]:
@@ -170,6 +208,8 @@ class EpisodeSpan(BaseModel):
 
     def missing_ids(self) -> str:
         """Why this span's ids cannot be trained on ('' when they can)."""
+        if found := next((self.unreadable[field] for field in ID_FIELDS if field in self.unreadable), None):
+            return found
         if self.token_fidelity == TokenFidelity.ABSENT:
             return "token_fidelity is 'absent'"
         if not self.prompt_token_ids:
@@ -180,6 +220,8 @@ class EpisodeSpan(BaseModel):
 
     def missing_logprobs(self) -> str:
         """Why this span's logprobs cannot be trained on ('' when they can)."""
+        if found := next((self.unreadable[field] for field in LOGPROB_FIELDS if field in self.unreadable), None):
+            return found
         if self.logprobs_absent:
             return "the policy server returned no logprobs for it"
         if len(self.completion_logprobs) != len(self.completion_token_ids):
@@ -188,6 +230,23 @@ class EpisodeSpan(BaseModel):
                 f" {len(self.completion_token_ids)} completion_token_ids"
             )
         return ""
+
+
+def json_kind(value: Any) -> str:
+    """What a JSON value is, for a message: 'null', 'a string', 'a list', ..."""
+    if value is None:
+        return "null"
+    kinds = {str: "a string", bool: "a boolean", int: "a number", float: "a number", list: "a list", dict: "an object"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def _what_is_wrong(problem: Any) -> str:
+    """One pydantic error as a short phrase: 'prompt_token_ids is null', 'completion_logprobs[3]: ...'."""
+    field, *inner = problem["loc"] or ("span",)
+    where = str(field) + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in inner)
+    if problem["input"] is None:
+        return f"{where} is null"
+    return f"{where}: {problem['msg'][:1].lower()}{problem['msg'][1:]}"
 
 
 class TrainingRow(BaseModel):
@@ -219,14 +278,22 @@ class Decoder(Protocol):
 def as_episode_spans(spans: Iterable[Any]) -> list[EpisodeSpan]:
     """Spans (veri `Span`s or plain dicts with span field names) ordered by request_index.
 
-    A dict without `request_index` takes its position in the list.
+    A dict without `request_index` takes its position in the list; so does every span when two share one
+    (the order is then the list's, and the repeated ones say so).
     """
-    parsed = []
-    for position, span in enumerate(spans):
-        if isinstance(span, BaseModel):
-            span = span.model_dump()
-        parsed.append(EpisodeSpan.model_validate({"request_index": position, **span}))
+    parsed = [EpisodeSpan.read(span, position) for position, span in enumerate(spans)]
+    repeated = Counter(span.request_index for span in parsed)
+    if any(count > 1 for count in repeated.values()):
+        parsed = [_by_position(span, at, repeated[span.request_index] > 1) for at, span in enumerate(parsed)]
     return sorted(parsed, key=lambda s: s.request_index)
+
+
+def _by_position(span: EpisodeSpan, position: int, repeated: bool) -> EpisodeSpan:
+    unreadable = dict(span.unreadable)
+    if repeated:
+        unreadable["request_index"] = (f"request_index {span.request_index} is shared with another span"
+                                       f" (read as its position, {position})")
+    return span.model_copy(update={"request_index": position, "unreadable": unreadable})
 
 
 def build_episode(

@@ -144,7 +144,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _debug(args: argparse.Namespace) -> int:
-    from veri.harness.debug import explain, read_records
+    """Every record of every file explained; one line for each that cannot be (exit 2), never a traceback."""
+    from veri.harness.debug import explain, records_in
 
     decoder = None
     if args.model is not None:
@@ -154,18 +155,24 @@ def _debug(args: argparse.Namespace) -> int:
     status = 0
     for path in args.files:
         try:
-            records = read_records(path)
-        except (OSError, ValueError) as error:  # ValueError includes JSON errors
-            print(f"veri debug: {path}: {error}", file=sys.stderr)
+            entries = list(records_in(path))
+        except (OSError, UnicodeDecodeError) as error:
+            print(f"veri debug: {path}: cannot read it: {error}", file=sys.stderr)
             status = 2
             continue
-        for number, record in enumerate(records, 1):
-            try:
-                text = explain(record, decoder)
-            except ValueError as error:  # includes pydantic's ValidationError: a span veri cannot read
-                print(f"veri debug: {path} record {number}: {error}", file=sys.stderr)
+        for entry in entries:
+            problem = entry.problem
+            if entry.record is not None:
+                try:
+                    text = explain(entry.record, decoder)
+                except ValueError as error:  # a status veri does not know
+                    problem = str(error)
+                except Exception as error:  # noqa: BLE001 - one record veri misreads must not stop the walk
+                    problem = f"veri debug could not explain it ({error!r}); please report this with the record"
+            if problem:
+                print(f"veri debug: {path} record {entry.number}: {problem}", file=sys.stderr, flush=True)
                 status = 2
                 continue
-            print(f"== {path} record {number}")
-            print(text)
+            print(f"== {path} record {entry.number}", flush=True)
+            print(text, flush=True)
     return status

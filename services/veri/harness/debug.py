@@ -3,17 +3,26 @@
 Reads veri's own records (archive JSONL lines) or any JSON with a `spans` list using veri's span
 field names (prompt_token_ids, completion_token_ids, completion_logprobs, request_index, ...), and
 also a bare list of spans, as `veri session spans` prints.
+
+It never stops on a record it is handed: a span with null or missing fields gets the verdict it
+deserves (`token_ids_absent`, `logprobs_absent`) and a note for anything else it could not read; a
+record that cannot be walked at all (a truncated JSON line, no `spans` list) is one line saying what
+is wrong, and the walk goes on to the next record.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from veri.core.episodes import (
+    ID_FIELDS,
+    LOGPROB_FIELDS,
     Decoder,
     Effect,
     Episode,
@@ -22,41 +31,113 @@ from veri.core.episodes import (
     Verdict,
     as_episode_spans,
     build_episode,
+    json_kind,
 )
+
+# Keys only a span has: a list of objects with one of these and no `spans` is a bare list of spans.
+_SPAN_KEYS = {"prompt_token_ids", "completion_token_ids", "completion_logprobs"}
+
+
+@dataclass(frozen=True)
+class RecordEntry:
+    """One record of a file: its 1-based number, and the record or what is wrong with it."""
+
+    number: int
+    record: dict[str, Any] | None
+    problem: str = ""
+
+
+def records_in(path: Path) -> Iterator[RecordEntry]:
+    """Every record in a .jsonl file (one per line) or a .json file (a record, a list of records, or spans).
+
+    Raises OSError / UnicodeDecodeError only when the file itself cannot be read.
+    """
+    text = path.read_text(encoding="utf-8")
+    lines = [line for line in text.splitlines() if line.strip()]
+    if path.suffix != ".jsonl":
+        try:
+            loaded = json.loads(text)
+        except ValueError as error:
+            if len(lines) < 2:
+                yield RecordEntry(1, None, f"not valid JSON, perhaps cut short ({error})")
+                return
+            # JSON lines under another name: read it line by line
+        else:
+            yield from _entries(loaded if isinstance(loaded, list) else [loaded])
+            return
+    items: list[Any] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            items.append(json.loads(line))
+        except ValueError as error:
+            items.append(_Unreadable(f"line {number} is not valid JSON, perhaps cut short ({error})"))
+    yield from _entries(items)
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """The records in a .jsonl file (one per line) or a .json file (a record, a list of records, or spans)."""
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".jsonl":
-        items = [json.loads(line) for line in text.splitlines() if line.strip()]
-    else:
-        loaded = json.loads(text)
-        items = loaded if isinstance(loaded, list) else [loaded]
-    if items and all(isinstance(item, dict) and "spans" not in item and "prompt_token_ids" in item for item in items):
-        return [{"spans": items}]  # a bare list of spans: one rollout
+    """The records of a file; ValueError naming the first one that cannot be walked."""
+    records = []
+    for entry in records_in(path):
+        if entry.record is None:
+            raise ValueError(f"{path}: record {entry.number}: {entry.problem}")
+        records.append(entry.record)
+    return records
+
+
+@dataclass(frozen=True)
+class _Unreadable:
+    problem: str
+
+
+def _entries(items: list[Any]) -> Iterator[RecordEntry]:
+    if items and all(isinstance(item, dict) and "spans" not in item for item in items) and any(
+        _SPAN_KEYS & item.keys() for item in items
+    ):
+        yield RecordEntry(1, {"spans": items})  # a bare list of spans: one rollout
+        return
     for number, item in enumerate(items, 1):
-        if not isinstance(item, dict) or not isinstance(item.get("spans"), list):
-            raise ValueError(f"{path}: record {number} has no `spans` list")
-    return items
+        yield _entry(number, item)
+
+
+def _entry(number: int, item: Any) -> RecordEntry:
+    if isinstance(item, _Unreadable):
+        return RecordEntry(number, None, item.problem)
+    if not isinstance(item, dict):
+        return RecordEntry(number, None, f"{json_kind(item)}, not a rollout record (an object with a `spans` list)")
+    spans = item.get("spans")
+    if not isinstance(spans, list):
+        what = "has no `spans` list" if "spans" not in item else f"its `spans` is {json_kind(spans)}, not a list"
+        return RecordEntry(number, None, f"{what} (veri debug reads rollout records, or a list of spans)")
+    return RecordEntry(number, item)
 
 
 def explain(record: dict[str, Any], decoder: Decoder | None = None) -> str:
-    """The rules walked over one record: a line per span, every verdict with its fix, the result."""
+    """The rules walked over one record: a line per span, every verdict with its fix, the result.
+
+    ValueError (one line) when the record's status is not one veri knows.
+    """
     status = _status(record.get("status"))
     spans = as_episode_spans(record["spans"])
+    decoder = _SafeDecoder(decoder) if decoder is not None else None
     episode = build_episode(spans, status, exit_code=record.get("exit_code"), decoder=decoder)
     verdicts = [*episode.verdicts, *_recorded_reward_verdicts(record)]
     lines = [_header(record, status)]
     for span in spans:
         lines.append(_span_line(span, episode))
         lines += [f"      {v.rule}: {v.message}" for v in verdicts if v.span == span.request_index]
+        lines += _span_notes(span)
     lines += [f"  {v.rule}: {v.message}" for v in verdicts if v.span is None]
     rules = {v.rule: v for v in verdicts}
     if rules:
         lines.append("what to do:")
         lines += [f"  {rule} ({v.effect}): {v.fix}" for rule, v in rules.items()]
     lines.append(_result(episode, verdicts, len(spans)))
+    if failures := sum(len(span.tool_call_failures) for span in spans):
+        lines.append(f"tool-call parse failures: {failures} ({_failure_kinds(spans)}): the harness got"
+                     " the written text instead of a call; a rising count in the step metrics"
+                     " (tool_calls/parse_failure_rate) is the policy's tool use degrading")
     return "\n".join(lines)
 
 
@@ -78,9 +159,13 @@ def _header(record: dict[str, Any], status: RolloutStatus) -> str:
         parts.append(f"policy step {record['policy_step']}")
     parts.append(f"status {status}")
     reward = record.get("reward")
-    if isinstance(reward, dict) and reward.get("reward") is not None:
+    if isinstance(reward, dict) and _is_number(reward.get("reward")):
         parts.append(f"reward {reward['reward']:g}")
     return "  ".join(parts)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _span_line(span: EpisodeSpan, episode: Episode) -> str:
@@ -94,6 +179,30 @@ def _span_line(span: EpisodeSpan, episode: Episode) -> str:
         position = episode.chain.index(span.request_index)
         return f"{head}  -> in row ({position + 1}/{len(episode.chain)})"
     return f"{head}  -> not in row"
+
+
+def _span_notes(span: EpisodeSpan) -> list[str]:
+    """What a span line does not show: fields read as defaults, tool calls not parsed, client retries."""
+    judged = {*ID_FIELDS, *LOGPROB_FIELDS}  # these already gave a verdict
+    notes = [f"      note: {why} (ignored)" for field, why in span.unreadable.items() if field not in judged]
+    for failure in span.tool_call_failures:
+        name = f" {failure['name']!r}" if failure.get("name") else ""
+        raw = str(failure.get("raw", ""))
+        excerpt = raw[:60] + ("..." if len(raw) > 60 else "")
+        notes.append(f"      tool call not parsed: {failure.get('kind', '?')}{name}: {excerpt!r}"
+                     f" (sent to the harness as {failure.get('sent_as', 'text')})")
+    if span.retried_at:
+        notes.append(f"      client retries: {len(span.retried_at)} (the same request re-sent, answered from this"
+                     " span: no second sample)")
+    return notes
+
+
+def _failure_kinds(spans: list[EpisodeSpan]) -> str:
+    kinds: dict[str, int] = {}
+    for failure in (failure for span in spans for failure in span.tool_call_failures):
+        kind = str(failure.get("kind", "?"))
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
 
 
 def _result(episode: Episode, verdicts: list[Verdict], n_spans: int) -> str:
@@ -112,12 +221,25 @@ def _result(episode: Episode, verdicts: list[Verdict], n_spans: int) -> str:
 
 def _recorded_reward_verdicts(record: dict[str, Any]) -> list[Verdict]:
     reward = record.get("reward")
-    if not isinstance(reward, dict):
+    if not isinstance(reward, dict) or not isinstance(reward.get("verdicts"), list):
         return []
     verdicts = []
-    for item in reward.get("verdicts") or []:
+    for item in reward["verdicts"]:
         try:
             verdicts.append(Verdict.model_validate(item))
         except ValidationError:
             continue  # a foreign record's own shape: nothing veri can explain
     return verdicts
+
+
+class _SafeDecoder:
+    """A tokenizer that names an id it cannot decode (negative, past the vocabulary) instead of raising."""
+
+    def __init__(self, decoder: Decoder) -> None:
+        self._decoder = decoder
+
+    def decode(self, token_ids: list[int]) -> str:
+        try:
+            return self._decoder.decode(token_ids)
+        except (OverflowError, ValueError, TypeError, IndexError, KeyError):
+            return f"<ids {token_ids} not in this tokenizer>"
