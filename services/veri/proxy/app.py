@@ -22,6 +22,7 @@ from veri.proxy.errors import ProxyError, anthropic_error_body, openai_error_bod
 from veri.proxy.openai.api_router import router as openai_router
 from veri.proxy.rendering import ChatRendering, model_name
 from veri.proxy.replicas import PolicyReplicas, plan_replicas
+from veri.proxy.responses.api_router import router as responses_router
 from veri.proxy.settings import ProxySettings
 from veri.proxy.store import SpanStore
 
@@ -75,6 +76,7 @@ def create_app(settings: ProxySettings) -> FastAPI:
     app = FastAPI(title="veri capture proxy", lifespan=lifespan)
     app.include_router(openai_router)
     app.include_router(anthropic_router)
+    app.include_router(responses_router)
     app.include_router(control_router)
     app.add_middleware(WorkerPidHeader)
 
