@@ -7,11 +7,13 @@ import argparse
 import sys
 
 from veri.appliance import cli as appliance_cli
+from veri.console import cli as console_cli
 from veri.harness import cli as harness_cli
 from veri.launcher import cli as launcher_cli
 from veri.models import cli as models_cli
 from veri.policy import cli as policy_cli
 from veri.proxy import cli as proxy_cli
+from veri.replay import cli as replay_cli
 from veri.trainer import cli as trainer_cli
 from veri.webfixture import cli as webfixture_cli
 
@@ -25,12 +27,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="run one veri service in the foreground")
     services = serve.add_subparsers(dest="service", required=True, metavar="SERVICE")
+    console_cli.register_serve(services)
     launcher_cli.register_serve(services)
     policy_cli.register_serve(services)
     proxy_cli.register_serve(services)
     webfixture_cli.register_serve(services)
 
     proxy_cli.register_session(commands)
+    replay_cli.register(commands)
     trainer_cli.register(commands)
     appliance_cli.register(commands)
     webfixture_cli.register(commands)

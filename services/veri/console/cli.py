@@ -1,0 +1,37 @@
+"""`veri serve console --state DIR`: the console on 127.0.0.1:8300 (read-only over <state>/jobs)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from veri.console.settings import DEFAULT_HOST, DEFAULT_PORT
+from veri.core import envs
+
+
+def register_serve(services: argparse._SubParsersAction) -> None:
+    console = services.add_parser("console", help="the web console: jobs, live logs, plots, the trajectory archive")
+    console.add_argument("--state", type=Path, default=None,
+                         help=f"the stack's state folder; jobs are <state>/jobs/<name>"
+                              f" (default ${envs.VERI_STATE_DIR}, or build/state)")
+    console.add_argument("--host", default=DEFAULT_HOST)
+    console.add_argument("--port", type=int, default=DEFAULT_PORT)
+    console.set_defaults(func=_serve)
+
+
+def state_dir(given: Path | None) -> Path:
+    return given or Path(os.environ.get(envs.VERI_STATE_DIR) or "build/state")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from veri.console.app import serve
+    from veri.console.settings import ConsoleSettings
+
+    state = state_dir(args.state)
+    if not state.is_dir():
+        print(f"veri serve console: no state folder {state} (give --state, the folder holding jobs/)")
+        return 2
+    print(f"veri console on http://{args.host}:{args.port} (jobs in {state.resolve() / 'jobs'})", flush=True)
+    serve(ConsoleSettings(state_dir=state.resolve()), args.host, args.port)
+    return 0

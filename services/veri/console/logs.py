@@ -1,0 +1,63 @@
+"""train.log as server-sent events: the tail first, then each line as the trainer appends it.
+
+Each event carries the complete lines read since the last one (one `data:` field per line) and, as its
+`id`, the byte offset after them, so a reconnecting EventSource (Last-Event-ID) resumes where it left
+off. When the job is not running and nothing new has come, an `end` event closes the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+TAIL_BYTES = 256_000  # a fresh page starts with at most this much of the log
+KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing an idle stream
+
+
+def start_offset(path: Path, last_event_id: str | None) -> int:
+    """Where a stream starts: after the client's last event, else the tail's first whole line."""
+    if last_event_id and last_event_id.isdigit():
+        return int(last_event_id)
+    size = path.stat().st_size if path.is_file() else 0
+    if size <= TAIL_BYTES:
+        return 0
+    with path.open("rb") as handle:
+        handle.seek(size - TAIL_BYTES)
+        return size - TAIL_BYTES + len(handle.readline())
+
+
+async def log_events(path: Path, running: Callable[[], bool], offset: int, poll_s: float) -> AsyncIterator[str]:
+    quiet_s = 0.0
+    while True:
+        lines, offset = _read_lines(path, offset)
+        if lines:
+            quiet_s = 0.0
+            yield f"id: {offset}\n" + "".join(f"data: {line}\n" for line in lines) + "\n"
+            continue
+        if not running():
+            lines, offset = _read_lines(path, offset)  # what came between the read and the check
+            if lines:
+                yield f"id: {offset}\n" + "".join(f"data: {line}\n" for line in lines) + "\n"
+            yield "event: end\ndata: the job is not running\n\n"
+            return
+        if quiet_s >= KEEPALIVE_S:
+            quiet_s = 0.0
+            yield ": keepalive\n\n"
+        await asyncio.sleep(poll_s)
+        quiet_s += poll_s
+
+
+def _read_lines(path: Path, offset: int) -> tuple[list[str], int]:
+    """The complete lines after `offset` (a line still being written waits for its newline)."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read(TAIL_BYTES)
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    if end == 0:
+        return [], offset
+    text = data[:end].decode("utf-8", errors="replace")
+    return [line.rstrip("\r") for line in text.split("\n")[:-1]], offset + end

@@ -1,0 +1,132 @@
+"""`ConsoleService`: every question the console's pages and JSON API ask, answered from the job folders
+(`JobFolders`) and each job's archive index (`ArchiveIndex`, opened read-only per request)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from veri.console.decoder import job_decoder
+from veri.console.errors import NotFound
+from veri.console.jobs import JobFolders, JobSummary, summarize
+from veri.console.protocol import ArchivePage
+from veri.console.settings import ConsoleSettings
+from veri.console.tokens import TokenView, token_view
+from veri.console.trajectory import TrajectoryView, trajectory_view
+from veri.core.episodes import RolloutStatus, Rule
+from veri.core.rollouts import RolloutRecord
+from veri.trainer.archive import ArchiveIndex, ArchiveLayout, RolloutQuery, read_job_file, read_metrics
+
+SHOWN_EXISTING = 40  # names listed in a 404
+
+
+@dataclass
+class RolloutRef:
+    job: str
+    step: int
+    task: int
+    rollout: int
+
+    @property
+    def url(self) -> str:
+        return f"/jobs/{self.job}/steps/{self.step}/tasks/{self.task}/rollouts/{self.rollout}"
+
+
+@dataclass
+class ArchiveResult:
+    page: ArchivePage
+    rows: list[dict[str, Any]]
+    total: int
+    steps: list[int]  # steps with rollouts (the facet's choices)
+    statuses: list[str]
+    rules: list[str]
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-self.total // self.page.per_page))
+
+
+class ConsoleService:
+    def __init__(self, settings: ConsoleSettings) -> None:
+        self.settings = settings
+        self.folders = JobFolders(settings.jobs_dir)
+
+    # --- jobs ----------------------------------------------------------------------------------------
+
+    def jobs(self) -> list[JobSummary]:
+        return self.folders.summaries()
+
+    def layout(self, job: str) -> ArchiveLayout:
+        return self.folders.layout(job)
+
+    def job(self, job: str) -> tuple[JobSummary, dict[str, Any]]:
+        """The job's summary and its job.json (config, model, ...; {} for a job from before it)."""
+        layout = self.layout(job)
+        return summarize(job, layout), read_job_file(layout)
+
+    def metrics(self, job: str) -> list[dict[str, Any]]:
+        return read_metrics(self.layout(job).metrics)
+
+    @contextlib.contextmanager
+    def index(self, job: str) -> Iterator[ArchiveIndex]:
+        with ArchiveIndex(self.layout(job).dir) as index:
+            yield index
+
+    # --- the archive ---------------------------------------------------------------------------------
+
+    def archive(self, job: str, page: ArchivePage) -> ArchiveResult:
+        with self.index(job) as index:
+            rows = index.search(page.query, limit=page.per_page, offset=page.offset)
+            total = index.count(page.query)
+            steps = [step["step"] for step in index.list_steps() if step["rollouts"]]
+        return ArchiveResult(page, rows, total, steps, [s.value for s in RolloutStatus], [r.value for r in Rule])
+
+    def same_task(self, job: str, task: int) -> list[dict[str, Any]]:
+        """Every rollout of task `task`, step by step (the same-task-across-steps view)."""
+        with self.index(job) as index:
+            rows = index.search(RolloutQuery(task_index=task), limit=100_000)
+            if not rows:
+                raise NotFound(f"task {task} in job {job!r}", [f"task {t}" for t in index.task_indexes()]
+                               [:SHOWN_EXISTING])
+        return rows
+
+    # --- one rollout ---------------------------------------------------------------------------------
+
+    def rollout(self, ref: RolloutRef) -> tuple[dict[str, Any], RolloutRecord]:
+        with self.index(ref.job) as index:
+            row = index.find(ref.step, ref.task, ref.rollout)
+            if row is None:
+                raise self._missing(index, ref)
+            return row, index.read_rollout(row["path"])
+
+    def trajectory(self, ref: RolloutRef) -> tuple[dict[str, Any], TrajectoryView]:
+        row, record = self.rollout(ref)
+        log_file = self.layout(ref.job).inside(row["path"]).with_suffix(".log")
+        harness_log = log_file.read_text(encoding="utf-8", errors="replace") if log_file.is_file() else None
+        return row, trajectory_view(record, harness_log)
+
+    def tokens(self, ref: RolloutRef) -> tuple[dict[str, Any], TokenView]:
+        row, record = self.rollout(ref)
+        _, info = self.job(ref.job)
+        return row, token_view(record, job_decoder(self.layout(ref.job), info))
+
+    def log_file(self, job: str) -> Path:
+        return self.layout(job).train_log
+
+    def check_step(self, job: str, step: int) -> None:
+        with self.index(job) as index:
+            steps = [entry["step"] for entry in index.list_steps()]
+        if step not in steps:
+            raise NotFound(f"step {step} of job {job!r}", [f"step {s}" for s in steps][-SHOWN_EXISTING:],
+                           "steps appear once their first rollout is archived")
+
+    def _missing(self, index: ArchiveIndex, ref: RolloutRef) -> NotFound:
+        rows = index.search(RolloutQuery(step_min=ref.step, step_max=ref.step), limit=SHOWN_EXISTING)
+        if not rows:
+            steps = [f"step {entry['step']}" for entry in index.list_steps()][-SHOWN_EXISTING:]
+            return NotFound(f"step {ref.step} of job {ref.job!r}", steps)
+        exists = [f"task {row['task_index']} rollout {row['rollout_index']}" for row in rows]
+        return NotFound(f"task {ref.task} rollout {ref.rollout} in step {ref.step} of job {ref.job!r}", exists)

@@ -1,0 +1,195 @@
+// veri console: live logs (SSE, follow/pause), SVG plots from /api/.../metrics, the archive's facet form
+// swapped in without a reload. No libraries, no build step.
+"use strict";
+
+const SVG = "http://www.w3.org/2000/svg";
+const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed", "#0891b2", "#db2777", "#65a30d", "#475569"];
+
+function el(name, attrs, parent) {
+  const node = document.createElementNS(SVG, name);
+  for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, value);
+  if (parent) parent.appendChild(node);
+  return node;
+}
+
+// --- live logs ------------------------------------------------------------------------------------
+function startLogs() {
+  const box = document.getElementById("logs");
+  if (!box) return;
+  const button = document.getElementById("log-follow");
+  const state = document.getElementById("log-state");
+  let following = true;
+  let held = [];
+  const show = (lines) => {
+    box.append(document.createTextNode(lines.join("\n") + "\n"));
+    box.scrollTop = box.scrollHeight;
+  };
+  button.addEventListener("click", () => {
+    following = !following;
+    button.setAttribute("aria-pressed", String(following));
+    button.textContent = following ? "following" : "paused";
+    if (following && held.length) { show(held); held = []; }
+  });
+  const source = new EventSource(box.dataset.src);
+  source.onmessage = (event) => {
+    const lines = event.data.split("\n");
+    if (following) show(lines);
+    else { held.push(...lines); button.textContent = `paused (${held.length} new)`; }
+  };
+  source.addEventListener("end", () => { source.close(); state.textContent = "the job is not running: log complete"; });
+  source.onerror = () => { state.textContent = "reconnecting..."; };
+  source.onopen = () => { state.textContent = "live"; };
+}
+
+// --- plots ------------------------------------------------------------------------------------------
+const W = 420, H = 190, PAD = {l: 44, r: 8, t: 8, b: 22};
+
+function frame(box, xs, lo, hi) {
+  box.replaceChildren();
+  const svg = el("svg", {viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img"}, box);
+  if (!(hi > lo)) { hi = lo + 1; }
+  const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
+  const sx = (x) => PAD.l + (x - x0) * (W - PAD.l - PAD.r) / (x1 - x0);
+  const sy = (y) => H - PAD.b - (y - lo) * (H - PAD.t - PAD.b) / (hi - lo);
+  el("line", {x1: PAD.l, y1: H - PAD.b, x2: W - PAD.r, y2: H - PAD.b, class: "axis"}, svg);
+  el("line", {x1: PAD.l, y1: PAD.t, x2: PAD.l, y2: H - PAD.b, class: "axis"}, svg);
+  for (const value of [lo, (lo + hi) / 2, hi]) {
+    el("text", {x: PAD.l - 4, y: sy(value) + 4, class: "tick", "text-anchor": "end"}, svg).textContent = +value.toPrecision(3);
+  }
+  for (const value of [x0, x1]) {
+    el("text", {x: sx(value), y: H - 6, class: "tick", "text-anchor": "middle"}, svg).textContent = value;
+  }
+  return {svg, sx, sy};
+}
+
+function legend(box, names) {
+  const list = document.createElement("div");
+  list.className = "legend-row";
+  names.forEach((name, i) => {
+    const item = document.createElement("span");
+    item.innerHTML = `<i style="background:${COLORS[i % COLORS.length]}"></i>`;
+    item.append(document.createTextNode(name));
+    list.append(item);
+  });
+  box.append(list);
+}
+
+function linePlot(box, xs, series, band) {
+  const values = series.flatMap((s) => s.values).concat(band ? band.lo.concat(band.hi) : []).filter(Number.isFinite);
+  if (!xs.length || !values.length) { box.textContent = "no completed step yet"; return; }
+  const {svg, sx, sy} = frame(box, xs, Math.min(...values), Math.max(...values));
+  if (band) {
+    const top = xs.map((x, i) => [x, band.hi[i]]).filter((p) => Number.isFinite(p[1]));
+    const bottom = xs.map((x, i) => [x, band.lo[i]]).filter((p) => Number.isFinite(p[1])).reverse();
+    el("polygon", {points: top.concat(bottom).map(([x, y]) => `${sx(x)},${sy(y)}`).join(" "), class: "band"}, svg);
+  }
+  series.forEach((s, i) => {
+    const points = xs.map((x, j) => [x, s.values[j]]).filter((p) => Number.isFinite(p[1]));
+    el("polyline", {points: points.map(([x, y]) => `${sx(x)},${sy(y)}`).join(" "), class: "line" + (s.dashed ? " dashed" : ""),
+                    stroke: COLORS[i % COLORS.length]}, svg);
+    for (const [x, y] of points.length <= 60 ? points : []) {
+      el("circle", {cx: sx(x), cy: sy(y), r: 2, fill: COLORS[i % COLORS.length]}, svg);
+    }
+  });
+  legend(box, series.map((s) => s.name).concat(band ? [band.name] : []));
+}
+
+function barPlot(box, xs, stacks) {
+  const totals = xs.map((_, j) => stacks.reduce((sum, s) => sum + (Number.isFinite(s.values[j]) ? s.values[j] : 0), 0));
+  if (!xs.length) { box.textContent = "no completed step yet"; return; }
+  const {svg, sx, sy} = frame(box, xs, 0, Math.max(...totals, 1));
+  const width = Math.max(1, (W - PAD.l - PAD.r) / Math.max(xs.length, 1) - 1);
+  xs.forEach((x, j) => {
+    let base = 0;
+    stacks.forEach((s, i) => {
+      const value = Number.isFinite(s.values[j]) ? s.values[j] : 0;
+      if (value > 0) {
+        const rect = el("rect", {x: sx(x) - width / 2, y: sy(base + value), width, height: sy(base) - sy(base + value),
+                                 fill: COLORS[i % COLORS.length]}, svg);
+        el("title", {}, rect).textContent = `step ${x}: ${s.name} ${+value.toPrecision(4)}`;
+      }
+      base += value;
+    });
+  });
+  legend(box, stacks.map((s) => s.name));
+}
+
+function drawPlots(metrics) {
+  const xs = metrics.map((m) => m.step);
+  const col = (key) => metrics.map((m) => (m[key] === null || m[key] === undefined ? NaN : m[key]));
+  const keys = new Set(metrics.flatMap((m) => Object.keys(m)));
+  const mean = col("reward/mean"), std = col("reward/std");
+  linePlot(document.getElementById("plot-reward"), xs,
+    [{name: "mean", values: mean}, {name: "min", values: col("reward/min"), dashed: true},
+     {name: "max", values: col("reward/max"), dashed: true}],
+    {name: "mean ± std", lo: mean.map((m, i) => m - std[i]), hi: mean.map((m, i) => m + std[i])});
+  const prefixed = (prefix) => [...keys].filter((k) => k.startsWith(prefix)).sort();
+  barPlot(document.getElementById("plot-status"), xs, prefixed("status/").map((k) => ({name: k.slice(7), values: col(k)})));
+  const rules = prefixed("rule/").filter((k) => col(k).some((v) => v > 0));
+  barPlot(document.getElementById("plot-rules"), xs, rules.length ? rules.map((k) => ({name: k.slice(5), values: col(k)}))
+    : [{name: "no rule fired", values: xs.map(() => 0)}]);
+  const perRollout = (key) => metrics.map((m) => (m.rollouts ? (m[key] ?? NaN) / m.rollouts : NaN));
+  linePlot(document.getElementById("plot-tokens"), xs,
+    [{name: "prompt", values: perRollout("tokens/prompt")}, {name: "sampled", values: perRollout("tokens/completion")},
+     {name: "environment", values: perRollout("tokens/environment")}]);
+  linePlot(document.getElementById("plot-turns"), xs, [{name: "mean", values: col("turns/mean")}, {name: "max", values: col("turns/max")}]);
+  barPlot(document.getElementById("plot-time"), xs, ["rollout", "reward", "train", "weight_sync"]
+    .map((name) => ({name, values: col(`time/${name}_s`)})));
+  const replicas = prefixed("replica/").filter((k) => k.endsWith("/prefix_cache_hit_rate"));
+  if (replicas.length) {
+    const box = document.getElementById("plot-replicas");
+    box.closest("figure").hidden = false;
+    linePlot(box, xs, replicas.map((k) => ({name: k.split("/").slice(0, 2).join(" "), values: col(k)})));
+  }
+}
+
+function startPlots() {
+  const section = document.getElementById("plots");
+  if (!section) return;
+  const head = document.getElementById("job-head");
+  const refresh = async () => {
+    const answer = await fetch(section.dataset.src);
+    if (!answer.ok) return;
+    const data = await answer.json();
+    drawPlots(data.metrics);
+    document.getElementById("steps-done").textContent = data.steps_done;
+    const status = document.getElementById("job-status");
+    status.textContent = data.status;
+    status.className = `status ${data.status}`;
+    head.dataset.status = data.status;
+    if (data.status === "running") setTimeout(refresh, 5000);
+  };
+  refresh();
+}
+
+// --- the archive's facets -----------------------------------------------------------------------------
+function startFacets() {
+  const section = document.getElementById("archive");
+  if (!section) return;
+  const load = async (params) => {
+    const form = document.getElementById("facets");
+    const answer = await fetch(`${form.dataset.fragment}?${params}`);
+    const body = await answer.text();
+    const holder = document.createElement("div");
+    holder.innerHTML = body;
+    const fresh = holder.querySelector("#archive-body");
+    if (fresh) document.getElementById("archive-body").replaceWith(fresh);
+    else document.getElementById("archive-count").textContent = holder.querySelector("#error-message")?.textContent || "error";
+    history.replaceState(null, "", `${form.getAttribute("action")}?${params}#archive`);
+  };
+  section.addEventListener("submit", (event) => {
+    if (event.target.id !== "facets") return;
+    event.preventDefault();
+    const params = new URLSearchParams();
+    for (const [key, value] of new FormData(event.target)) if (value !== "") params.append(key, value);
+    load(params.toString());
+  });
+  section.addEventListener("click", (event) => {
+    const link = event.target.closest("a[data-page]");
+    if (!link) return;
+    event.preventDefault();
+    load(new URL(link.href).search.slice(1));
+  });
+}
+
+document.addEventListener("DOMContentLoaded", () => { startLogs(); startPlots(); startFacets(); });

@@ -1,0 +1,156 @@
+"""The token view: a rollout's training row token by token, as the trainer trains it.
+
+The row is the record's `episode.row`, built by `core.episodes` (the trainer's own builder; TRL gets it
+through `trainer.grpo.rows.rollout_output`): nothing here re-derives a mask. `env_mask` 1 = a sampled
+token, trained when the record is trainable; 0 = an environment token (tool results, new turns), never
+trained; the prompt is never trained. A record that is not trainable is trained on none of its tokens
+(the trainer sends a masked placeholder row instead), so every token shows as masked.
+
+Span boundaries come from the chain (`episode.chain`): the first span's prompt and completion, then each
+later span's environment tokens and completion. A `history_rewritten` verdict names the chain span that
+did not extend a dropped span and the position where they differ: the exact token where the prefix
+broke, marked in the row with why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from veri.console.decoder import TokenDecoder
+from veri.core.episodes import Rule
+from veri.core.records import Span
+from veri.core.rollouts import RolloutRecord
+
+
+@dataclass
+class TokenCell:
+    position: int  # in prompt + completion
+    id: int
+    text: str | None
+    kind: str  # prompt | sampled | environment
+    trained: bool
+    logprob: float | None  # sampled tokens only
+    span: int | None  # request_index of the chain span the token belongs to
+    starts_span: bool = False
+    breaks: str | None = None  # why the prefix broke here (a history_rewritten verdict)
+
+
+@dataclass
+class PrefixBreak:
+    dropped_span: int
+    broken_by: int
+    position: int | None
+    in_row: bool
+    message: str
+    fix: str
+    expected: str  # what the dropped span had at the position (id and text)
+    actual: str  # what the chain span has there
+
+
+@dataclass
+class TokenView:
+    cells: list[TokenCell]
+    trainable: bool
+    why_masked: str  # '' when trainable
+    breaks: list[PrefixBreak] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # other verdicts that shaped the row (truncation)
+    spans: list[dict[str, Any]] = field(default_factory=list)  # chain spans: index, label, tokens
+    decoded: bool = False
+
+    @property
+    def counts(self) -> dict[str, int]:
+        trained = sum(cell.trained for cell in self.cells)
+        prompt = sum(cell.kind == "prompt" for cell in self.cells)
+        return {"tokens": len(self.cells), "prompt": prompt, "trained": trained,
+                "masked": len(self.cells) - prompt - trained}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "trainable": self.trainable, "why_masked": self.why_masked, "counts": self.counts,
+            "breaks": [vars(item) for item in self.breaks], "notes": self.notes, "spans": self.spans,
+            "tokens": [vars(cell) for cell in self.cells],
+        }
+
+
+def token_view(record: RolloutRecord, decoder: TokenDecoder | None) -> TokenView:
+    episode, row = record.episode, record.episode.row
+    rejecting = sorted({str(v.rule) for v in record.verdicts if v.effect == "reject"})
+    why = "" if record.trainable else (
+        f"not trained: {', '.join(rejecting)}" if rejecting else "not trained: the rollout has no reward")
+    if row is None:
+        return TokenView([], record.trainable, why or "not trained: no training row", notes=_notes(record))
+    ids = [*row.prompt_ids, *row.completion_ids]
+    texts = decoder.pieces(ids) if decoder else [None] * len(ids)
+    owners, starts = _span_owners(record, len(row.prompt_ids), len(ids))
+    prompt_length, trainable = len(row.prompt_ids), record.trainable
+    start_positions = set(starts.values())
+    cells = []
+    for position, token in enumerate(ids):
+        sampled = position >= prompt_length and row.env_mask[position - prompt_length] == 1
+        kind = "prompt" if position < prompt_length else ("sampled" if sampled else "environment")
+        cells.append(TokenCell(
+            position=position, id=token, text=texts[position], kind=kind, trained=trainable and sampled,
+            logprob=row.logprobs[position - prompt_length] if sampled else None, span=owners[position],
+            starts_span=position in start_positions,
+        ))
+    breaks = _breaks(record, cells, decoder)
+    by_index = {span.request_index: span for span in record.spans}
+    spans = [{"index": index, "label": span_label(by_index[index]), "starts_at": starts.get(index)}
+             for index in episode.chain]
+    return TokenView(cells, trainable, why, breaks, _notes(record), spans, decoded=decoder is not None)
+
+
+def span_label(span: Span) -> str:
+    label = f"span {span.request_index}: {span.prompt_source}"
+    if span.bridged_from is not None:
+        label += f" from span {span.bridged_from}"
+    return f"{label} ({span.prompt_source_reason}), policy v{span.policy_version}"
+
+
+def _span_owners(record: RolloutRecord, prompt_length: int, total: int) -> tuple[list[int | None], dict[int, int]]:
+    """Per row position, the chain span its token came from; and where each chain span's tokens start."""
+    by_index = {span.request_index: span for span in record.spans}
+    chain = [by_index[index] for index in record.episode.chain]
+    owners: list[int | None] = []
+    starts: dict[int, int] = {}
+    if not chain:
+        return [None] * total, starts
+    first = chain[0]
+    starts[first.request_index] = 0
+    owners += [first.request_index] * (prompt_length + len(first.completion_token_ids))
+    for earlier, span in zip(chain, chain[1:], strict=False):
+        starts[span.request_index] = len(owners)
+        earlier_length = len(earlier.prompt_token_ids) + len(earlier.completion_token_ids)
+        environment = len(span.prompt_token_ids) - earlier_length
+        owners += [span.request_index] * (environment + len(span.completion_token_ids))
+    owners = owners[:total] + [None] * max(0, total - len(owners))  # a truncated row is shorter
+    return owners, {index: at for index, at in starts.items() if at < total}
+
+
+def _breaks(record: RolloutRecord, cells: list[TokenCell], decoder: TokenDecoder | None) -> list[PrefixBreak]:
+    found = []
+    for verdict in record.verdicts:
+        if verdict.rule != Rule.HISTORY_REWRITTEN or verdict.span is None:
+            continue
+        details = verdict.details
+        position = details.get("position")
+        in_row = position is not None and position < len(cells)
+        if in_row:
+            cells[position].breaks = verdict.message
+        found.append(PrefixBreak(
+            dropped_span=verdict.span, broken_by=details.get("broken_by", -1), position=position, in_row=in_row,
+            message=verdict.message, fix=verdict.fix,
+            expected=_token(details.get("expected_id"), decoder), actual=_token(details.get("actual_id"), decoder),
+        ))
+    return found
+
+
+def _token(token: int | None, decoder: TokenDecoder | None) -> str:
+    if token is None:
+        return "(the prompt ends there)"
+    return f"{token} {decoder.pieces([token])[0]!r}" if decoder else str(token)
+
+
+def _notes(record: RolloutRecord) -> list[str]:
+    return [f"{v.rule}: {v.message}" for v in record.verdicts if v.rule != Rule.HISTORY_REWRITTEN]

@@ -1,0 +1,91 @@
+"""A real job archive for the console tests, written through the trainer's own `JobArchive` (rollout
+records with real episodes built by `core.episodes`, metrics from `step_metrics`, job.json, train.log),
+with token ids from the tiny model's tokenizer so the token view decodes them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from tests.core.spans import make_span
+from veri.core.episodes import RolloutStatus, Rule, Verdict, build_episode
+from veri.core.records import Span
+from veri.core.rollouts import RewardOutcome, RolloutRecord
+from veri.trainer.archive import JobArchive, step_metrics
+
+TIMINGS = {"rollout": 2.0, "reward": 0.5, "train": 1.0, "weight_sync": 0.25}
+
+
+class Tokens:
+    def __init__(self, model: Path) -> None:
+        self.tokenizer = Tokenizer.from_file(str(model / "tokenizer.json"))
+
+    def __call__(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+
+def tool_rollout(tok: Tokens, task: int, index: int, answer: str, version: int) -> list[Span]:
+    """Two bridged calls: a tool call, its result (environment tokens), the final answer."""
+    question = [{"role": "user", "content": f"Find the link on page {task}."}]
+    call = {"id": "call_1", "type": "function", "function": {"name": "fetch", "arguments": f'{{"page": {task}}}'}}
+    first_prompt = tok(f"user: Find the link on page {task}.\nassistant:")
+    first = make_span(0, first_prompt, tok(" fetch(page)"), version=version, messages=question)
+    first.reply_message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    tool_result = {"role": "tool", "tool_call_id": "call_1", "content": f"<a href='https://site.test/{task}'>"}
+    second_prompt = [*first.prompt_token_ids, *first.completion_token_ids, *tok("\ntool: <a href=x>\nassistant:")]
+    second = make_span(1, second_prompt, tok(f" {answer}"), bridged_from=0, version=version,
+                       messages=[*question, first.reply_message, tool_result], reply=answer)
+    return [first, second]
+
+
+def rewritten_rollout(tok: Tokens, version: int) -> list[Span]:
+    """The harness edited its history: the second call's prompt is not the first's prompt + completion."""
+    first = make_span(0, tok("system: be brief\nuser: hi\nassistant:"), tok(" hello"), version=version)
+    second = make_span(1, tok("system: be short\nuser: hi\nassistant: hello\nuser: answer?\nassistant:"),
+                       tok(" The URL is https://site.test/9"), version=version, reply="The URL is https://site.test/9")
+    return [first, second]
+
+
+def record(task: int, index: int, spans: list[Span], *, reward: float | None = None, status=RolloutStatus.COMPLETED,
+           reward_error: bool = False) -> RolloutRecord:
+    exit_code = {RolloutStatus.COMPLETED: 0, RolloutStatus.FAILED: 1}.get(status)
+    outcome = None
+    if reward_error:
+        outcome = RewardOutcome(reward=None, per_function={"match": None},
+                                verdicts=[Verdict.of(Rule.REWARD_ERROR, "reward 'match' raised KeyError('url')")])
+    elif reward is not None:
+        outcome = RewardOutcome(reward=reward, per_function={"match": reward})
+    return RolloutRecord(
+        rollout_id=f"r-{task}-{index}", task_index=task, rollout_index=index,
+        task={"prompt": f"Find the link on page {task}.", "expected_url": f"https://site.test/{task}"},
+        status=status, exit_code=exit_code, spans=spans, episode=build_episode(spans, status, exit_code=exit_code),
+        reward=outcome,
+    )
+
+
+def step_records(tok: Tokens, step: int) -> list[RolloutRecord]:
+    return [
+        record(0, 0, tool_rollout(tok, 0, 0, "The URL is https://site.test/0", step), reward=1.0),
+        record(0, 1, tool_rollout(tok, 0, 1, f"I could not find it (step {step})", step), reward=0.0),
+        record(1, 0, rewritten_rollout(tok, step), reward=0.5),  # history_rewritten: degraded, trained
+        record(1, 1, tool_rollout(tok, 1, 1, "crash", step), status=RolloutStatus.FAILED),  # masked
+        record(2, 0, tool_rollout(tok, 2, 0, "The URL is https://site.test/2", step), reward_error=True),  # masked
+        record(2, 1, [], status=RolloutStatus.TRUNCATED),  # no_spans + harness_timeout
+    ]
+
+
+def write_job(root: Path, name: str, model: Path, steps: int = 2) -> JobArchive:
+    """An open archive with `steps` completed steps (close it, or use it as a context manager, to finish)."""
+    tok = Tokens(model)
+    archive = JobArchive(root, name)
+    archive.start_job(model=str(model), max_steps=steps + 1, config={"model": str(model), "max_steps": steps + 1})
+    archive.log(f"job {name}: backend hf, sandbox local")
+    for step in range(steps):
+        records = step_records(tok, step)
+        for item in records:
+            log = f"--- stdout (tail) ---\nstep {step} task {item.task_index}\n--- stderr (tail) ---\n"
+            archive.write_rollout(step, item, harness_log=log)
+        archive.write_step_metrics(step, step_metrics(records, TIMINGS))
+        archive.log(f"step {step}: reward mean {sum(r.reward.reward or 0 for r in records if r.reward) / 6:.2f}")
+    return archive
