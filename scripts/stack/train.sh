@@ -39,6 +39,7 @@ image=$("$VERI" harness build "$VERI_BUNDLE" | tail -n 1)
 scripts/stack/up.sh
 state=$(realpath -m "${VERI_STATE_DIR:-build/state}")
 export VERI_STATE_DIR=$state VERI_CONTROL_TOKEN=$(cat "$state/control_token")
+echo "make train: job $name on the console: http://127.0.0.1:${VERI_CONSOLE_PORT:-8300}/jobs/$name"
 # The repo is the trainer's /work: model paths in the config must lie inside it (build/models/...).
 # On Ctrl-C compose v1 stops the trainer container and exits 1 whatever the trainer said, and the
 # docker CLI stops relaying the container's output; compose v2 returns at once, while the trainer

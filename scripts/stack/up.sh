@@ -7,6 +7,7 @@ COMPOSE=${COMPOSE:?set COMPOSE (make up picks docker compose or docker-compose)}
 state=$(realpath -m "${VERI_STATE_DIR:-build/state}")
 export VERI_STATE_DIR=$state VERI_MODELS_DIR=$(realpath -m "${VERI_MODELS_DIR:-build/models}")
 port=${VERI_PROXY_PORT:-8000}
+console_port=${VERI_CONSOLE_PORT:-8300}
 mkdir -p "$state/spans" "$state/outputs"
 if [ ! -s "$state/control_token" ]; then
   (umask 077 && python3 -c 'import secrets; print(secrets.token_urlsafe(32))' > "$state/control_token")
@@ -17,8 +18,10 @@ model_dir=$VERI_MODELS_DIR/${VERI_MODEL:-tiny}
 
 $COMPOSE -p "${VERI_PROJECT:-veri}" up -d --remove-orphans
 for _ in $(seq 1 300); do
-  if python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=2)" 2>/dev/null; then
+  if python3 -c "import sys, urllib.request
+for port in sys.argv[1:]: urllib.request.urlopen(f'http://127.0.0.1:{port}/health', timeout=2)" "$port" "$console_port" 2>/dev/null; then
     echo "make up: stack healthy; proxy on http://127.0.0.1:$port (control token in $state/control_token)"
+    echo "make up: console on http://127.0.0.1:$console_port"
     exit 0
   fi
   sleep 1

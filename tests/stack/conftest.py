@@ -62,6 +62,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     port = free_port()
     project = f"veri-test-{os.getpid()}"
     env = {**os.environ, "VERI_PROJECT": project, "VERI_STATE_DIR": str(state), "VERI_PROXY_PORT": str(port),
+           "VERI_CONSOLE_PORT": str(free_port()),
            "VERI_ROLLOUTS_NETWORK": f"{project}-rollouts",
            "VERI_POLICY_SCRIPTED_REPLIES": "/state/script.json", "VERI_PROXY_URL": f"http://127.0.0.1:{port}"}
     up = subprocess.run(["make", "--no-print-directory", "up"], cwd=REPO, env=env, capture_output=True, text=True,

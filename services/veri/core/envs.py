@@ -40,6 +40,7 @@ VERI_POLICY_DP_RANKS = "VERI_POLICY_DP_RANKS"  # vLLM --data-parallel-size of th
 VERI_CHAT_TEMPLATE_KWARGS = "VERI_CHAT_TEMPLATE_KWARGS"
 VERI_PROJECT = "VERI_PROJECT"  # compose project name of make up / train / down (default veri)
 VERI_PROXY_PORT = "VERI_PROXY_PORT"  # host port (on 127.0.0.1) the proxy is published on (default 8000)
+VERI_CONSOLE_PORT = "VERI_CONSOLE_PORT"  # host port (on 127.0.0.1) of the web console (default 8300)
 VERI_PROXY_WORKERS = "VERI_PROXY_WORKERS"  # the stack proxy's worker processes (default 1)
 VERI_RUNTIME_IMAGE = "VERI_RUNTIME_IMAGE"  # the image veri's services run in (default veri/runtime)
 # The job's stack settings, written by `veri stack-env` for make train and compose:
