@@ -1,0 +1,124 @@
+"""The console in a real browser (headless Debian chromium, Selenium) against `veri serve console` over an
+archive written by the trainer's `JobArchive`: the jobs list, logs streaming while the job runs (follow
+and pause), a facet filter narrowing the archive, the token view's trained / masked tokens and the break
+point of a broken trajectory, a download `veri debug` reads. Screenshots: build/test-artifacts/console/."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.select import Select
+
+from tests.console.archive import write_job
+from tests.console.browser import chromium, missing_browser, screenshot, wait_for
+from tests.servers import RunningServer, start_server
+from veri.harness.debug import explain, read_records
+from veri.trainer.archive import JobArchive
+
+pytestmark = [pytest.mark.timeout(300)]
+if missing_browser():  # make test installs them (make chromium); a bare pytest run says what to do
+    pytest.fail(missing_browser(), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[tuple[JobArchive, RunningServer]]:
+    """A job still running (this process holds its archive open) and the console serving it."""
+    state = tmp_path_factory.mktemp("browser-state")
+    with write_job(state / "jobs", "live", tiny_model) as archive, \
+            start_server(["serve", "console", "--state", str(state)]) as console:
+        yield archive, console
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory):
+    downloads = tmp_path_factory.mktemp("downloads")
+    with chromium(downloads) as driver:
+        driver.downloads = downloads
+        yield driver
+
+
+def test_jobs_list_shows_the_job(live, browser):
+    _, console = live
+    browser.get(console.url + "/")
+    row = browser.find_element(By.CSS_SELECTOR, 'tr[data-job="live"]')
+    assert "running" in row.text and "2 of 3" in row.text
+    assert browser.find_elements(By.CSS_SELECTOR, 'tr[data-job="live"] svg.spark polyline')
+    screenshot(browser, "jobs")
+
+
+def test_logs_stream_while_the_job_runs_with_follow_and_pause(live, browser):
+    archive, console = live
+    browser.get(console.url + "/jobs/live")
+    logs = browser.find_element(By.ID, "logs")
+    wait_for(lambda: "job live: backend hf" in logs.text, "the log's first lines")
+    archive.log("step 2: a line written while the page is open")
+    wait_for(lambda: "a line written while the page is open" in logs.text, "the appended line to stream in")
+
+    follow = browser.find_element(By.ID, "log-follow")
+    follow.click()  # pause: new lines wait
+    archive.log("step 2: held while paused")
+    wait_for(lambda: follow.text == "paused (1 new)", "the paused button to count the held line")
+    assert "held while paused" not in logs.text
+    follow.click()
+    assert "held while paused" in logs.text and follow.text == "following"
+
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#plot-reward svg polyline"), "the reward plot")
+    assert browser.find_elements(By.CSS_SELECTOR, "#plot-status svg rect")
+    assert browser.find_element(By.ID, "job-status").text == "running"
+    screenshot(browser, "job-running")
+
+
+def test_a_facet_filter_narrows_the_archive(live, browser):
+    _, console = live
+    browser.get(console.url + "/jobs/live")
+    assert browser.find_element(By.ID, "archive-total").text == "12"
+    Select(browser.find_element(By.ID, "f-status")).select_by_visible_text("failed")
+    browser.find_element(By.CSS_SELECTOR, "#facets button[type=submit]").click()
+    wait_for(lambda: browser.find_element(By.ID, "archive-total").text == "2", "the filtered count")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#rollouts tr.rollout-row")
+    assert [row.get_attribute("data-status") for row in rows] == ["failed", "failed"]
+    assert "status=failed" in browser.current_url  # the filtered view is a link
+    Select(browser.find_element(By.ID, "f-step-min")).select_by_visible_text("1")
+    browser.find_element(By.ID, "f-text").send_keys("crash")
+    browser.find_element(By.CSS_SELECTOR, "#facets button[type=submit]").click()
+    wait_for(lambda: browser.find_element(By.ID, "archive-total").text == "1", "step and text narrowing further")
+    screenshot(browser, "archive-filtered")
+
+
+def test_token_view_marks_masked_tokens_and_the_break(live, browser):
+    _, console = live
+    browser.get(console.url + "/jobs/live/steps/0/tasks/0/rollouts/0/tokens")
+    trained = browser.find_elements(By.CSS_SELECTOR, "#tokens .t.sampled.trained")
+    environment = browser.find_elements(By.CSS_SELECTOR, "#tokens .t.environment")
+    assert trained and environment
+    style = browser.execute_script  # masked tokens are struck through, trained ones are not
+    assert "line-through" in style("return getComputedStyle(arguments[0]).textDecorationLine", environment[0])
+    assert "line-through" not in style("return getComputedStyle(arguments[0]).textDecorationLine", trained[0])
+    assert "logprob" in trained[0].get_attribute("title")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#tokens .span-start")) == 2
+    screenshot(browser, "tokens-trained")
+
+    browser.get(console.url + "/jobs/live/steps/0/tasks/1/rollouts/0/tokens")  # history rewritten
+    (broken,) = browser.find_elements(By.CSS_SELECTOR, "#tokens .t.break")
+    assert broken.text == " sh" and "BREAK: span 0 dropped from the row" in broken.get_attribute("title")
+    box = browser.find_element(By.CSS_SELECTOR, ".break-box")
+    assert "Prefix broke at token 3" in box.text and "' brie'" in box.text
+    screenshot(browser, "tokens-break")
+
+    browser.get(console.url + "/jobs/live/steps/0/tasks/1/rollouts/1/tokens")  # harness failed: all masked
+    assert browser.find_element(By.ID, "row-trained").text == "masked"
+    assert not browser.find_elements(By.CSS_SELECTOR, "#tokens .t.trained")
+    screenshot(browser, "tokens-masked")
+
+
+def test_a_download_is_jsonl_that_veri_debug_reads(live, browser):
+    _, console = live
+    browser.get(console.url + "/jobs/live/steps/1/tasks/1/rollouts/0")
+    screenshot(browser, "trajectory")
+    browser.find_element(By.ID, "download-rollout").click()
+    path = wait_for(lambda: next(iter(browser.downloads.glob("*rollout-0.jsonl")), None), "the download")
+    (record,) = read_records(path)
+    assert record["rollout_id"] == "r-1-0" and "degraded by history_rewritten" in explain(record)
