@@ -23,6 +23,7 @@ class RustBackedTokenizer:
         self.name_or_path = hf_tokenizer.name_or_path
         self.unk_token_id = hf_tokenizer.unk_token_id
         self.eos_token_id = hf_tokenizer.eos_token_id
+        self.chat_template = hf_tokenizer.chat_template  # part of the prompt prefix cache's key
 
     def encode(self, text: str, add_special_tokens: bool = False, **_: Any) -> list[int]:
         return self._rust.encode(text, add_special_tokens=add_special_tokens).ids

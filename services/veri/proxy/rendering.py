@@ -9,7 +9,6 @@ render, and the span records why.
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from transformers import AutoTokenizer
 from veri.core.records import PromptSource
 from veri.proxy.fast_tokenizer import RustBackedTokenizer, verify_same_ids
 from veri.proxy.history import first_difference, prefix_hashes
+from veri.proxy.prefix_cache import PrefixRenderCache, split_for
 from veri.proxy.settings import ProxySettings
 from veri.proxy.store import SpanStore
 
@@ -71,12 +71,13 @@ def load_renderer(settings: ProxySettings) -> tuple[Any, renderers.Renderer]:
 class ChatRendering:
     """Owns the tokenizer and renderer of the served model."""
 
-    def __init__(self, settings: ProxySettings, *, cache_size: int = 256):
+    def __init__(self, settings: ProxySettings):
         self.tokenizer, self.renderer = load_renderer(settings)
         self.stop_token_ids: list[int] = list(self.renderer.get_stop_token_ids())
-        # The N rollouts of a GRPO group open with the same conversation: render it once.
-        self._full_renders: OrderedDict[str, list[int]] = OrderedDict()
-        self._cache_size = cache_size
+        # Every rollout opens with the same system prompt and tools: render them once.
+        self.prefixes = PrefixRenderCache(
+            self.renderer, split_for(self.renderer, self.tokenizer), template_identity(self.renderer, self.tokenizer)
+        )
 
     def plan_prompt(
         self, store: SpanStore, rollout_id: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
@@ -100,18 +101,7 @@ class ChatRendering:
             reason = f"continues span {prior.request_index} but the renderer cannot bridge these new messages"
         else:
             reason = self._why_not_continued(store, rollout_id, messages)
-        return PromptPlan(self._full_render(hashes[-1], messages, tools), PromptSource.FULL_RENDER, reason, None)
-
-    def _full_render(self, key: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
-        ids = self._full_renders.get(key)
-        if ids is None:
-            ids = list(self.renderer.render_ids(messages, tools=tools, add_generation_prompt=True))
-            self._full_renders[key] = ids
-            if len(self._full_renders) > self._cache_size:
-                self._full_renders.popitem(last=False)
-        else:
-            self._full_renders.move_to_end(key)
-        return list(ids)
+        return PromptPlan(self.prefixes.render(messages, tools), PromptSource.FULL_RENDER, reason, None)
 
     @staticmethod
     def _why_not_continued(store: SpanStore, rollout_id: str, messages: list[dict[str, Any]]) -> str:
@@ -125,13 +115,19 @@ class ChatRendering:
         return self.renderer.parse_response(completion_ids, tools=tools, prompt_ids=prompt_ids)
 
     def count_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
-        return len(self.renderer.render_ids(messages, tools=tools, add_generation_prompt=True))
+        return len(self.prefixes.render(messages, tools))
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def template_identity(renderer: Any, tokenizer: Any) -> str:
+    """What decides how a conversation renders: the renderer, its settings and the chat template."""
+    return "\n".join([type(renderer).__qualname__, renderer.config.model_dump_json(),
+                      str(tokenizer.chat_template)])
 
 
 def model_name(settings: ProxySettings) -> str:
