@@ -193,3 +193,13 @@ def test_image_input_is_refused_by_name(session, control):
             {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}])
     assert "'input_image'" in error.value.message
     assert control.spans(session.rollout_id) == []
+
+
+def test_a_call_to_a_namespaced_tool_names_its_namespace(session, control):
+    """Codex groups its sub-agent tools in a `namespace` tool; the policy sees them as functions."""
+    namespace = {"type": "namespace", "name": "weather_ns", "description": "weather tools", "tools": [WEATHER]}
+    reply = client_for(session).responses.create(model="policy", input=QUESTION, tools=[namespace])
+    [call] = [item for item in reply.output if item.type == "function_call"]
+    assert (call.namespace, call.name, call.arguments) == ("weather_ns", "get_weather", '{"city": "Paris"}')
+    [span] = control.spans(session.rollout_id)
+    assert [tool["function"]["name"] for tool in span.tools] == ["get_weather"]

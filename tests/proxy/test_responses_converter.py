@@ -74,3 +74,14 @@ def test_refusals_name_the_fix(body, error, says):
     with pytest.raises(error) as raised:
         turn(**body)
     assert says in raised.value.message
+
+
+def test_namespace_tools_are_flattened_and_clashing_names_refused():
+    inner = {"type": "function", "name": "spawn_agent", "parameters": {"type": "object"}}
+    namespace = {"type": "namespace", "name": "multi_agent_v1", "description": "sub-agents", "tools": [inner]}
+    converted = turn(input="x", tools=[{"type": "function", "name": "exec_command"}, namespace]).tools
+    assert [tool["function"]["name"] for tool in converted] == ["exec_command", "spawn_agent"]
+    with pytest.raises(InvalidRequest, match="share a name"):
+        turn(input="x", tools=[{"type": "function", "name": "spawn_agent"}, namespace])
+    with pytest.raises(InvalidRequest, match="web_search are hosted"):
+        turn(input="x", tools=[{**namespace, "tools": [inner, {"type": "web_search"}]}])

@@ -143,18 +143,39 @@ def _reasoning_text(where: str, item: dict[str, Any]) -> str:
 
 
 def convert_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Function tools, those grouped in a `namespace` tool (Codex's sub-agent tools) included."""
     if not tools:
         return None
-    hosted = [str(tool.get("type")) for tool in tools if tool.get("type") != "function"]
-    if hosted:
-        raise InvalidRequest(
-            f"tools of type {', '.join(sorted(set(hosted)))} are hosted tools: veri serves function tools only "
-            "(the policy writes the call, your harness runs it); define them as type function", param="tools")
+    functions = function_tools(tools)
     converted = []
-    for index, tool in enumerate(tools):
+    for index, (_, tool) in enumerate(functions):
         if not tool.get("name"):
             raise InvalidRequest(f"tools[{index}] needs a name", param="tools")
         function = {"name": tool["name"], "description": tool.get("description") or "",
                     "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
         converted.append({"type": "function", "function": function})
+    names = [tool["function"]["name"] for tool in converted]
+    if len(set(names)) < len(names):
+        raise InvalidRequest("two tools share a name (namespaces included): the policy calls tools by name alone, "
+                             "so give each a distinct name", param="tools")
     return converted
+
+
+def function_tools(tools: list[dict[str, Any]]) -> list[tuple[str | None, dict[str, Any]]]:
+    """(namespace or None, function tool) for every function tool; hosted tools refused."""
+    found: list[tuple[str | None, dict[str, Any]]] = []
+    hosted = []
+    for tool in tools:
+        if tool.get("type") == "function":
+            found.append((None, tool))
+        elif tool.get("type") == "namespace":
+            inner = tool.get("tools") or []
+            hosted += [str(t.get("type")) for t in inner if t.get("type") != "function"]
+            found += [(tool.get("name"), t) for t in inner if t.get("type") == "function"]
+        else:
+            hosted.append(str(tool.get("type")))
+    if hosted:
+        raise InvalidRequest(
+            f"tools of type {', '.join(sorted(set(hosted)))} are hosted tools: veri serves function tools only "
+            "(the policy writes the call, your harness runs it); define them as type function", param="tools")
+    return found

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from veri.proxy.capture import Sample
+from veri.proxy.responses.converter import function_tools
 from veri.proxy.responses.protocol import ResponsesRequest
 
 
@@ -18,8 +19,9 @@ def _item_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
-def output_items(sample: Sample) -> list[dict[str, Any]]:
-    """Reasoning, then the text, then the function calls: the order the reply was sampled in."""
+def output_items(sample: Sample, namespaces: dict[str, str]) -> list[dict[str, Any]]:
+    """Reasoning, then the text, then the function calls: the order the reply was sampled in.
+    `namespaces`: tool name -> the namespace tool it came in, which its call names."""
     items: list[dict[str, Any]] = []
     if sample.reasoning:
         items.append({"type": "reasoning", "id": _item_id("rs"), "status": "completed", "summary": [],
@@ -28,8 +30,12 @@ def output_items(sample: Sample) -> list[dict[str, Any]]:
         items.append({"type": "message", "id": _item_id("msg"), "role": "assistant", "status": "completed",
                       "content": [{"type": "output_text", "text": sample.content, "annotations": [],
                                    "logprobs": []}]})
-    items.extend({"type": "function_call", "id": _item_id("fc"), "call_id": call.id, "name": call.name,
-                  "arguments": call.arguments, "status": "completed"} for call in sample.tool_calls)
+    for call in sample.tool_calls:
+        item = {"type": "function_call", "id": _item_id("fc"), "call_id": call.id, "name": call.name,
+                "arguments": call.arguments, "status": "completed"}
+        if call.name in namespaces:
+            item["namespace"] = namespaces[call.name]
+        items.append(item)
     return items
 
 
@@ -46,7 +52,7 @@ def response_object(sample: Sample, request: ResponsesRequest, model: str) -> di
         "incomplete_details": {"reason": "max_output_tokens"} if truncated else None,
         "instructions": request.instructions,
         "model": model,
-        "output": output_items(sample),
+        "output": output_items(sample, _namespaces(request.tools or [])),
         "parallel_tool_calls": request.parallel_tool_calls if request.parallel_tool_calls is not None else True,
         "previous_response_id": request.previous_response_id,
         "store": request.store,
@@ -69,6 +75,10 @@ def response_object(sample: Sample, request: ResponsesRequest, model: str) -> di
             "total_tokens": sample.prompt_tokens + sample.completion_tokens,
         },
     }
+
+
+def _namespaces(tools: list[dict[str, Any]]) -> dict[str, str]:
+    return {tool["name"]: namespace for namespace, tool in function_tools(tools) if namespace}
 
 
 def response_stream(response: dict[str, Any]) -> Iterator[bytes]:
