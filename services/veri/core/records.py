@@ -122,6 +122,37 @@ class SessionCreate(BaseModel):
 
     rollout_id: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    record_requests: bool = Field(
+        default=False, description="keep the harness's requests as sent (for `veri replay record`)"
+    )
+
+
+class RecordedRequest(BaseModel):
+    """One harness request to a rollout route, as sent (`veri replay`): the proxy keeps these for a
+    session opened with `record_requests` (or a proxy run with --record-requests)."""
+
+    seq: int = Field(description="0-based arrival order within the rollout")
+    method: str
+    path: str = Field(description="the route below /r/<rollout_id>, e.g. /v1/messages")
+    query: str = Field(default="", description="the query string as sent, without '?'")
+    headers: dict[str, str] = Field(description="the request's headers minus its key and hop-by-hop headers")
+    auth: str | None = Field(description="how the key came: 'bearer' (Authorization), 'x-api-key', or None")
+    body: str = Field(description="the body bytes as UTF-8 text")
+    status: int | None = Field(default=None, description="the status the proxy answered (None: no answer sent)")
+    received_at: float
+
+
+class CaptureConfig(BaseModel):
+    """What a proxy's spans depend on besides the traffic (`GET /control/config`): replaying a
+    recording needs the same renderer, template settings, sampling caps and tokenizer."""
+
+    renderer: str
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    thinking_retention: str | None = None
+    temperature: float
+    top_p: float
+    max_tokens: int
+    model_fingerprint: str = Field(description="sha256 over the model folder's tokenizer and chat template files")
 
 
 class SessionInfo(BaseModel):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -14,12 +15,16 @@ import uvicorn
 from fastapi import FastAPI, Request, Response
 
 from veri.core import envs
+from veri.core.metrics import worker_exiting
 from veri.proxy.anthropic.api_router import router as anthropic_router
 from veri.proxy.capture import CaptureService
 from veri.proxy.control.api_router import router as control_router
 from veri.proxy.deps import json_response
 from veri.proxy.errors import ProxyError, anthropic_error_body, openai_error_body
+from veri.proxy.metrics import ProxyMetrics
+from veri.proxy.metrics import router as metrics_router
 from veri.proxy.openai.api_router import router as openai_router
+from veri.proxy.recording import RequestRecorder
 from veri.proxy.rendering import ChatRendering, model_name
 from veri.proxy.replicas import PolicyReplicas, plan_replicas
 from veri.proxy.responses.api_router import router as responses_router
@@ -58,6 +63,8 @@ class WorkerPidHeader:
 
 
 def create_app(settings: ProxySettings) -> FastAPI:
+    metrics = ProxyMetrics()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = SpanStore(settings.store_dir)
@@ -66,18 +73,23 @@ def create_app(settings: ProxySettings) -> FastAPI:
         policy = PolicyReplicas(replicas, model=settings.served_model_name, timeout_s=settings.policy_timeout_s)
         await policy.start()
         app.state.model_name = model_name(settings)
-        app.state.capture = CaptureService(settings, store, ChatRendering(settings), policy)
+        app.state.capture = CaptureService(settings, store, ChatRendering(settings), policy, metrics)
         log.info("proxy ready", policy=settings.replica_urls, replicas=len(replicas), store=str(store.path),
                  model=app.state.model_name)
         yield
         await policy.aclose()
         store.close()
+        worker_exiting()
 
     app = FastAPI(title="veri capture proxy", lifespan=lifespan)
     app.include_router(openai_router)
     app.include_router(anthropic_router)
     app.include_router(responses_router)
     app.include_router(control_router)
+    app.include_router(metrics_router)
+    app.state.metrics = metrics
+    app.add_middleware(metrics.routes.middleware)
+    app.add_middleware(RequestRecorder)
     app.add_middleware(WorkerPidHeader)
 
     @app.exception_handler(ProxyError)
@@ -85,6 +97,7 @@ def create_app(settings: ProxySettings) -> FastAPI:
         # Each protocol gets its own error shape; the Anthropic SDK reads `error.type`.
         anthropic = "/v1/messages" in request.url.path
         body = anthropic_error_body(error) if anthropic else openai_error_body(error)
+        metrics.refused(error)
         log.info("request refused", path=request.url.path, status=error.status_code, reason=error.message)
         return json_response(body, status_code=error.status_code)
 
@@ -110,6 +123,7 @@ def settings_from_args(args: argparse.Namespace) -> ProxySettings:
         max_tokens=args.max_tokens,
         max_body_bytes=args.max_body_bytes,
         chat_template_kwargs=args.chat_template_kwargs,
+        record_requests=args.record_requests,
     )
 
 
@@ -138,7 +152,10 @@ def serve(args: argparse.Namespace) -> None:
         uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="warning",
                     timeout_keep_alive=KEEP_ALIVE_S)
         return
-    # Several processes share nothing but the span store, which holds every session's state.
+    # Several processes share nothing but the span store, which holds every session's state, and this
+    # start's metrics folder, where each worker writes its values for any worker's /metrics to sum.
     os.environ.update(settings_as_env(settings))
-    uvicorn.run("veri.proxy.app:app_from_env", factory=True, workers=args.workers,
-                host=args.host, port=args.port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S)
+    with tempfile.TemporaryDirectory(prefix="veri-proxy-metrics-") as metrics_dir:
+        os.environ[envs.PROMETHEUS_MULTIPROC_DIR] = metrics_dir
+        uvicorn.run("veri.proxy.app:app_from_env", factory=True, workers=args.workers,
+                    host=args.host, port=args.port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S)

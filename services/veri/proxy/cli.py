@@ -35,6 +35,9 @@ def register_serve(services: argparse._SubParsersAction) -> None:
                             f"(default ${envs.VERI_CHAT_TEMPLATE_KWARGS} or none)")
     proxy.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     proxy.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024)
+    proxy.add_argument("--record-requests", action="store_true",
+                       help="keep every session's requests as sent, for `veri replay record` (default: only"
+                            " sessions opened with record_requests)")
     proxy.set_defaults(func=_serve)
 
 
@@ -66,6 +69,9 @@ def register_session(commands: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    # Before prometheus-client is imported: an inherited multiprocess folder would mix another run's
+    # counts into this one's (serve() makes a fresh one when there are several workers).
+    os.environ.pop(envs.PROMETHEUS_MULTIPROC_DIR, None)
     from veri.proxy.app import serve
 
     serve(args)

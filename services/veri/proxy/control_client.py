@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from veri.core.http import HttpCallError, JsonClient
-from veri.core.records import ReplicaStats, SessionCreate, SessionInfo, Span
+from veri.core.records import CaptureConfig, RecordedRequest, ReplicaStats, SessionCreate, SessionInfo, Span
 
 
 class ControlError(HttpCallError):
@@ -21,12 +21,21 @@ class ControlClient:
                                 keepalive=False, error=ControlError,
                                 unreachable_fix="start it first (make up), or pass its URL: --proxy-url")
 
-    def open_session(self, rollout_id: str | None = None, metadata: dict[str, Any] | None = None) -> SessionInfo:
-        body = SessionCreate(rollout_id=rollout_id, metadata=metadata or {}).model_dump(exclude_none=True)
+    def open_session(self, rollout_id: str | None = None, metadata: dict[str, Any] | None = None,
+                     *, record_requests: bool = False) -> SessionInfo:
+        body = SessionCreate(rollout_id=rollout_id, metadata=metadata or {},
+                             record_requests=record_requests).model_dump(exclude_none=True)
         return SessionInfo.model_validate(self._call("POST", "/control/sessions", json=body))
 
     def spans(self, rollout_id: str) -> list[Span]:
         return [Span.model_validate(span) for span in self._call("GET", f"/control/sessions/{rollout_id}/spans")]
+
+    def recorded_requests(self, rollout_id: str) -> list[RecordedRequest]:
+        return [RecordedRequest.model_validate(request)
+                for request in self._call("GET", f"/control/sessions/{rollout_id}/requests")]
+
+    def capture_config(self) -> CaptureConfig:
+        return CaptureConfig.model_validate(self._call("GET", "/control/config"))
 
     def close_session(self, rollout_id: str) -> SessionInfo:
         return SessionInfo.model_validate(self._call("POST", f"/control/sessions/{rollout_id}/close"))

@@ -42,6 +42,9 @@ class ProxySettings(BaseSettings):
     max_tokens: int = Field(default=1024, ge=1, description="cap on completion tokens per model call")
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     policy_timeout_s: float = Field(default=600.0, gt=0)
+    record_requests: bool = Field(
+        default=False, description="keep every session's requests as sent (veri replay); else per session"
+    )
 
     @field_validator("policy_url", "public_url")
     @classmethod

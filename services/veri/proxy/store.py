@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from veri.core.records import ReplicaStats, SessionStatus, Span
+from veri.core.records import RecordedRequest, ReplicaStats, SessionStatus, Span
 from veri.proxy.errors import CaptureFailed, InvalidApiKey, InvalidRequest, SessionClosed, UnknownRollout
 from veri.proxy.replicas import Replica
 
@@ -48,6 +48,14 @@ CREATE TABLE IF NOT EXISTS spans (
 );
 CREATE INDEX IF NOT EXISTS spans_by_prefix ON spans (rollout_id, prefix_hash);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS requests (   -- harness requests the capture path took on: a retry finds its first try
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    rollout_id TEXT NOT NULL,
+    request_key TEXT NOT NULL,      -- history.request_key: route + body
+    started_at REAL NOT NULL,
+    request_index INTEGER           -- the span that answered it; NULL while in flight
+);
+CREATE INDEX IF NOT EXISTS requests_by_key ON requests (rollout_id, request_key);
 CREATE TABLE IF NOT EXISTS replicas (
     replica INTEGER PRIMARY KEY,
     url TEXT NOT NULL,
@@ -58,6 +66,15 @@ CREATE TABLE IF NOT EXISTS replicas (
     cached_prompt_tokens INTEGER NOT NULL DEFAULT 0,
     cache_reports INTEGER NOT NULL DEFAULT 0,
     failed_requests INTEGER NOT NULL DEFAULT 0      -- unreachable, 5xx, aborted: no span
+);
+CREATE TABLE IF NOT EXISTS recorded_sessions (rollout_id TEXT PRIMARY KEY);   -- sessions whose requests are kept
+CREATE TABLE IF NOT EXISTS recorded_requests (   -- the harness's requests as sent (veri replay)
+    rollout_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    request TEXT NOT NULL,          -- RecordedRequest minus body and status
+    body BLOB NOT NULL,
+    status INTEGER,
+    PRIMARY KEY (rollout_id, seq)
 );
 """
 
@@ -248,8 +265,9 @@ class SpanStore:
 
     # --- spans ------------------------------------------------------------------------------
 
-    def add_span(self, span: Span, *, prefix_hash: str, n_messages: int) -> Span:
-        """Assign the next request_index and commit the span. Returns the stored span."""
+    def add_span(self, span: Span, *, prefix_hash: str, n_messages: int, answers: int | None = None) -> Span:
+        """Assign the next request_index and commit the span (with the request it `answers`, from
+        `begin_request`, in the same transaction). Returns the stored span."""
         try:
             with self._lock:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -272,6 +290,8 @@ class SpanStore:
                         ),
                     )
                     self._count_call(span)
+                    if answers is not None:
+                        self._db.execute("UPDATE requests SET request_index = ? WHERE id = ?", (next_index, answers))
                     self._db.execute("COMMIT")
                 except BaseException:
                     self._db.execute("ROLLBACK")
@@ -345,6 +365,98 @@ class SpanStore:
             return None
         span = orjson.loads(found[1])
         return found[0], [*span["messages"], span["reply_message"]]
+
+    # --- recorded requests (veri replay) ---------------------------------------------------------
+
+    def record_requests_of(self, rollout_id: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO recorded_sessions VALUES (?)", (rollout_id,))
+
+    def records_requests(self, rollout_id: str) -> bool:
+        with self._lock:
+            found = self._db.execute("SELECT 1 FROM recorded_sessions WHERE rollout_id = ?", (rollout_id,)).fetchone()
+        return found is not None
+
+    def add_request(self, rollout_id: str, request: dict[str, Any], body: bytes) -> int:
+        """Keep one request as it arrived; returns its seq (arrival order within the rollout)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                (seq,) = self._db.execute(
+                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM recorded_requests WHERE rollout_id = ?", (rollout_id,)
+                ).fetchone()
+                self._db.execute("INSERT INTO recorded_requests VALUES (?, ?, ?, ?, NULL)",
+                                 (rollout_id, seq, orjson.dumps(request).decode(), body))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return seq
+
+    def set_request_status(self, rollout_id: str, seq: int, status: int) -> None:
+        with self._lock:
+            self._db.execute("UPDATE recorded_requests SET status = ? WHERE rollout_id = ? AND seq = ?",
+                             (status, rollout_id, seq))
+
+    def recorded_requests(self, rollout_id: str) -> list[RecordedRequest]:
+        self.get_session(rollout_id)
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, request, body, status FROM recorded_requests WHERE rollout_id = ? ORDER BY seq",
+                (rollout_id,),
+            ).fetchall()
+        return [
+            RecordedRequest.model_validate({**orjson.loads(request), "seq": seq, "status": status,
+                                            "body": body.decode(errors="replace")})
+            for seq, request, body, status in rows
+        ]
+
+    # --- requests in flight and answered: recognising a client's retry -------------------------------
+
+    def begin_request(self, rollout_id: str, request_key: str) -> int:
+        """Note a request the capture path is taking on; its id goes to `add_span(answers=...)`."""
+        with self._lock:
+            cursor = self._db.execute("INSERT INTO requests (rollout_id, request_key, started_at) VALUES (?, ?, ?)",
+                                      (rollout_id, request_key, time.time()))
+        return cursor.lastrowid or 0
+
+    def drop_request(self, request_id: int) -> None:
+        """A request that ended without a span (the policy failed): a retry of it samples afresh."""
+        with self._lock:
+            self._db.execute("DELETE FROM requests WHERE id = ? AND request_index IS NULL", (request_id,))
+
+    def answered_request(self, rollout_id: str, request_key: str, *, in_flight_since: float) -> int | None:
+        """The span that answered this request, -1 while a try of it started after `in_flight_since`
+        is still in flight, None when neither."""
+        with self._lock:
+            found = self._db.execute(
+                "SELECT request_index FROM requests WHERE rollout_id = ? AND request_key = ?"
+                " AND (request_index IS NOT NULL OR started_at >= ?) ORDER BY request_index IS NULL, id DESC LIMIT 1",
+                (rollout_id, request_key, in_flight_since),
+            ).fetchone()
+        if found is None:
+            return None
+        return -1 if found[0] is None else found[0]
+
+    def add_retry(self, rollout_id: str, request_index: int, at: float) -> Span:
+        """Append `at` to the span's `retried_at` (the client re-sent its request); the updated span."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute(
+                    "SELECT span, prompt_ids, completion_ids FROM spans WHERE rollout_id = ? AND request_index = ?",
+                    (rollout_id, request_index),
+                ).fetchone()
+                fields = orjson.loads(row[0])
+                fields["retried_at"] = [*fields.get("retried_at", []), at]
+                self._db.execute("UPDATE spans SET span = ? WHERE rollout_id = ? AND request_index = ?",
+                                 (orjson.dumps(fields).decode(), rollout_id, request_index))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return Span.model_validate({**fields, "prompt_token_ids": _unpack(row[1]),
+                                    "completion_token_ids": _unpack(row[2])})
 
     def count_spans(self, rollout_id: str) -> int:
         with self._lock:

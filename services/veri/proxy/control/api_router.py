@@ -1,5 +1,6 @@
 """Control routes (trainer / `veri session`): open, inspect and close rollout sessions; announce the
-policy version; per-replica counts (`GET /control/replicas`).
+policy version; per-replica counts (`GET /control/replicas`); a session's recorded requests and the
+proxy's capture settings (`veri replay record`).
 
 They need the stack's control token; a proxy started without one accepts loopback clients only.
 Sandboxes never see the token and never reach these routes through the policy URLs.
@@ -13,9 +14,10 @@ import secrets
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
-from veri.core.records import ReplicaStats, SessionCreate, SessionInfo, Span
+from veri.core.records import CaptureConfig, RecordedRequest, ReplicaStats, SessionCreate, SessionInfo, Span
 from veri.proxy.deps import capture_service, parse_body
 from veri.proxy.errors import ControlUnauthorized
+from veri.proxy.recording import model_fingerprint
 from veri.proxy.requests import read_json_body
 from veri.proxy.store import SessionRow
 
@@ -56,7 +58,10 @@ async def open_session(request: Request) -> SessionInfo:
     capture = capture_service(request)
     raw = await read_json_body(request, capture.settings.max_body_bytes) if await request.body() else {}
     create = parse_body(SessionCreate, raw)
-    return _info(request, capture.store.open_session(create.rollout_id, create.metadata))
+    row = capture.store.open_session(create.rollout_id, create.metadata)
+    if create.record_requests:
+        capture.store.record_requests_of(row.rollout_id)
+    return _info(request, row)
 
 
 @router.get("/sessions/{rollout_id}")
@@ -67,6 +72,23 @@ async def get_session(rollout_id: str, request: Request) -> SessionInfo:
 @router.get("/sessions/{rollout_id}/spans")
 async def session_spans(rollout_id: str, request: Request) -> list[Span]:
     return capture_service(request).store.spans(rollout_id)
+
+
+@router.get("/sessions/{rollout_id}/requests")
+async def session_requests(rollout_id: str, request: Request) -> list[RecordedRequest]:
+    """The harness's requests as sent, for a session that records them (`veri replay record`)."""
+    return capture_service(request).store.recorded_requests(rollout_id)
+
+
+@router.get("/config")
+async def capture_config(request: Request) -> CaptureConfig:
+    """What this proxy's spans depend on besides the traffic (a replay needs the same)."""
+    settings = capture_service(request).settings
+    return CaptureConfig(
+        renderer=settings.renderer, chat_template_kwargs=settings.chat_template_kwargs,
+        thinking_retention=settings.thinking_retention, temperature=settings.temperature, top_p=settings.top_p,
+        max_tokens=settings.max_tokens, model_fingerprint=model_fingerprint(settings.model_dir),
+    )
 
 
 @router.put("/policy_version")

@@ -1,0 +1,18 @@
+"""Record and replay a rollout: GPU-free regression tests of rendering, bridging, spans and masks.
+
+    veri replay record --proxy URL --rollout ID --out FILE     one recording file (a session opened with
+                                                               record_requests, or a proxy run with
+                                                               --record-requests)
+    veri replay run FILE --model DIR                           replays it through an in-process proxy
+    veri replay run FILE --proxy URL                           ... or through a running proxy whose policy
+                                                               is `veri replay policy FILE`
+    veri replay policy FILE --port P                           that policy: answers with the recorded
+                                                               completions
+
+A recording (`recording.py`) holds the harness's requests exactly as sent (in arrival order), the
+spans they produced, the episode (training row, env_mask, verdicts), and the reward with its
+functions' source when known. A replay (`runner.py`) sends the same requests, in order, to a proxy
+whose policy (`policy.py`) answers every call with the recorded completion ids and logprobs, then
+`diff.py` compares the new spans, episode and reward with the recorded ones: any difference is a
+change in what veri would train on.
+"""

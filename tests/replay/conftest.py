@@ -1,0 +1,18 @@
+"""Replay fixtures: the checked-in recordings (tests/replay/recordings/, made by record_demos.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from veri.replay.recording import Recording
+
+RECORDINGS = Path(__file__).resolve().parent / "recordings"
+# Every demo bundle's traffic; the Codex bundle's joins once the Responses route lands (see README.md).
+EXPECTED = ["anthropic_sdk", "url_extract_claude", "url_extract_openai"]
+
+
+@pytest.fixture
+def anthropic_recording() -> Recording:
+    return Recording.load(RECORDINGS / "anthropic_sdk.json")

@@ -1,0 +1,126 @@
+"""Re-record the checked-in recordings (tests/replay/recordings/) from real runs.
+
+    .venv/bin/python -m tests.replay.record_demos [NAME ...]     (names: see DEMOS; default: all)
+
+Starts what tests/demo/ starts (the web fixture, `veri serve policy` on the tiny model with scripted
+replies, `veri serve proxy --record-requests`), runs each harness unmodified against it (the demo
+bundles as subprocesses with the rollout environment, the real `claude` binary; the Anthropic SDK
+in this process), then writes each rollout with `record_rollout` (what `veri replay record` does).
+Run it when a change to rendering, bridging or masking is intended, and commit the new files with
+the change. Needs `make tiny-model` (or $VERI_TINY_MODEL) and, for Claude Code, `make claude-code`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import anthropic
+
+from tests.demo.conftest import CLAUDE_PAGE, OPENAI_PAGE, answer_rule, fetch_rule, run_bundle, tool_call
+from tests.proxy.conftest import SCRIPT, fake_weather, proxy_args
+from tests.servers import RunningServer, start_server
+from veri.core.config import RewardConfig
+from veri.core.episodes import RolloutStatus
+from veri.core.records import SessionInfo
+from veri.proxy.control_client import ControlClient
+from veri.replay.recording import Recording, record_rollout
+from veri.webfixture.pages import task
+
+REPO = Path(__file__).resolve().parents[2]
+RECORDINGS = Path(__file__).resolve().parent / "recordings"
+URL_REWARD = REPO / "config/rewards/url_extract.py"
+WEATHER = {
+    "name": "get_weather",
+    "description": "Current weather for a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def tiny_model() -> Path:
+    path = Path(os.environ.get("VERI_TINY_MODEL", REPO / "build/models/tiny"))
+    if not (path / "config.json").exists():
+        sys.exit(f"no tiny model at {path}: run `make tiny-model` (or set VERI_TINY_MODEL)")
+    return path.resolve()
+
+
+def bundle_demo(bundle: str, row: dict) -> Callable[[RunningServer, ControlClient, SessionInfo], Recording]:
+    def record(proxy: RunningServer, control: ControlClient, session: SessionInfo) -> Recording:
+        with tempfile.TemporaryDirectory(prefix=f"record-{bundle}-") as folder:
+            run = run_bundle(bundle, proxy=proxy, session=session, row=row, tmp_path=Path(folder))
+            if run.returncode != 0:
+                sys.exit(f"{bundle} failed, nothing recorded:\n{run.explain()}")
+            return record_rollout(control, session.rollout_id, name=bundle, task=row,
+                                  rewards=[RewardConfig(file=URL_REWARD, function="reward")],
+                                  outputs=run.output_dir, status=RolloutStatus.COMPLETED, exit_code=0,
+                                  note="python -m tests.replay.record_demos " + bundle)
+    return record
+
+
+def anthropic_tool_loop(session: SessionInfo) -> None:
+    """The `anthropic` SDK's tool loop, streamed, with a count_tokens call first (no span)."""
+    client = anthropic.Anthropic(base_url=session.anthropic_base_url, api_key=session.api_key, max_retries=0)
+    messages: list[dict] = [{"role": "user", "content": "What is the weather in Paris and London?"}]
+    client.messages.count_tokens(model="policy", tools=[WEATHER], messages=messages)
+    for _ in range(4):
+        with client.messages.stream(model="policy", max_tokens=256, tools=[WEATHER], messages=messages,
+                                    system="You answer weather questions.") as stream:
+            reply = stream.get_final_message()
+        messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]})
+        if reply.stop_reason != "tool_use":
+            return
+        messages.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": b.id, "content": fake_weather(b.input["city"])}
+            for b in reply.content if b.type == "tool_use"]})
+    raise RuntimeError("the Anthropic SDK tool loop did not finish: check the scripted replies")
+
+
+def anthropic_sdk(proxy: RunningServer, control: ControlClient, session: SessionInfo) -> Recording:
+    anthropic_tool_loop(session)
+    return record_rollout(control, session.rollout_id, name="anthropic_sdk",
+                          note="python -m tests.replay.record_demos anthropic_sdk")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="which recordings (default: all)")
+    args = parser.parse_args()
+    model = tiny_model()
+    with start_server(["serve", "webfixture"]) as webfixture, tempfile.TemporaryDirectory() as folder:
+        openai_task, claude_task = task(OPENAI_PAGE, base=webfixture.url), task(CLAUDE_PAGE, base=webfixture.url)
+        demos = {
+            "url_extract_openai": bundle_demo("url_extract_openai", openai_task),
+            "url_extract_claude": bundle_demo("url_extract_claude", claude_task),
+            "anthropic_sdk": anthropic_sdk,
+        }
+        unknown = sorted(set(args.names) - set(demos))
+        if unknown:
+            sys.exit(f"unknown recordings {unknown}: choose from {sorted(demos)}")
+        rules = [answer_rule(openai_task), answer_rule(claude_task),
+                 fetch_rule(openai_task, tool_call("fetch_url", {"url": openai_task["url"]})),
+                 fetch_rule(claude_task, tool_call("Bash", {"command": f"curl -s {claude_task['url']}",
+                                                            "description": "Fetch the page"})),
+                 *SCRIPT]
+        script = Path(folder) / "script.json"
+        script.write_text(json.dumps(rules))
+        policy_cmd = ["serve", "policy", "--model", str(model), "--scripted-replies", str(script)]
+        with start_server(policy_cmd) as policy:
+            command = proxy_args(policy.url, model, Path(folder) / "spans", "--record-requests")
+            command[command.index("--max-tokens") + 1] = "256"  # as tests/demo: room for a tool call
+            with start_server(command) as proxy:
+                control = ControlClient(proxy.url)
+                for name in args.names or demos:
+                    recording = demos[name](proxy, control, control.open_session())
+                    recording.save(RECORDINGS / f"{name}.json")
+                    reward = recording.reward.reward if recording.reward else None
+                    print(f"{name}: {len(recording.requests)} requests, {len(recording.spans)} spans,"
+                          f" reward {reward}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""Recording a rollout: the proxy keeps a recording session's requests as sent (no other's), `veri
+replay record` writes them with the spans, episode and reward, and `veri replay run` replays the file
+through that proxy (exit 0) or shows what differs (exit 1).
+
+The proxy is veri's own app on uvicorn; its policy is `veri replay policy`'s app serving the
+checked-in Anthropic SDK recording, so the real SDK gets the same answers it got when recorded.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.replay.record_demos import anthropic_tool_loop
+from veri.cli import main
+from veri.proxy.app import create_app
+from veri.proxy.control_client import ControlClient
+from veri.proxy.settings import ProxySettings
+from veri.replay import policy
+from veri.replay.recording import Recording
+from veri.replay.runner import serve_in_thread
+
+
+@pytest.fixture
+def replaying_proxy(anthropic_recording, tiny_model, tmp_path):
+    capture = anthropic_recording.capture
+    with serve_in_thread(policy.create_app(anthropic_recording), "replay policy") as policy_url:
+        settings = ProxySettings(policy_url=policy_url, model_dir=tiny_model, store_dir=tmp_path / "spans",
+                                 renderer=capture.renderer, max_tokens=capture.max_tokens)
+        with serve_in_thread(create_app(settings), "proxy") as proxy_url:
+            yield proxy_url
+
+
+def test_record_then_replay_through_the_proxy(replaying_proxy, anthropic_recording, tmp_path, capsys):
+    control = ControlClient(replaying_proxy)
+    recorded, unrecorded = control.open_session(record_requests=True), control.open_session()
+    anthropic_tool_loop(recorded)
+    anthropic_tool_loop(unrecorded)
+    assert control.recorded_requests(unrecorded.rollout_id) == []
+
+    out = tmp_path / "weather.json"
+    assert main(["replay", "record", "--proxy", replaying_proxy, "--rollout", recorded.rollout_id,
+                 "--out", str(out)]) == 0
+    recording = Recording.load(out)
+    assert [(r.method, r.path, r.status) for r in recording.requests] == [
+        ("POST", "/v1/messages/count_tokens", 200), *[("POST", "/v1/messages", 200)] * 3]
+    first = recording.requests[1]
+    question = {"role": "user", "content": "What is the weather in Paris and London?"}
+    assert json.loads(first.body)["messages"] == [question]
+    assert first.headers["anthropic-version"] and first.auth in ("bearer", "x-api-key")
+    assert "x-api-key" not in first.headers and "authorization" not in first.headers
+    assert [s.completion_token_ids for s in recording.spans] == [
+        s.completion_token_ids for s in anthropic_recording.spans]
+    assert recording.episode == anthropic_recording.episode
+
+    capsys.readouterr()
+    assert main(["replay", "run", str(out), "--proxy", replaying_proxy]) == 0
+    assert "4 requests, 3 spans: identical to the recording" in capsys.readouterr().out
+
+    assert main(["replay", "record", "--proxy", replaying_proxy, "--rollout", unrecorded.rollout_id,
+                 "--out", str(tmp_path / "none.json")]) == 1
+    assert "open its session with record_requests" in capsys.readouterr().err
+
+
+def test_run_prints_the_difference_and_fails(anthropic_recording, tiny_model, tmp_path, capsys):
+    changed = anthropic_recording.model_copy(deep=True)
+    changed.spans[1].prompt_token_ids[3] += 1  # as if the second call had rendered one token differently
+    path = tmp_path / "changed.json"
+    changed.save(path)
+    assert main(["replay", "run", str(path), "--model", str(tiny_model)]) == 1
+    out = capsys.readouterr().out
+    assert "differences from the recording" in out
+    assert "span 1.prompt_token_ids: first difference at position 3" in out
+    assert "re-record it" in out
