@@ -11,7 +11,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from renderers import ToolCallParseStatus
 
@@ -23,6 +23,9 @@ from veri.proxy.rendering import ChatRendering, PromptPlan
 from veri.proxy.replicas import PolicyReplicas
 from veri.proxy.settings import ProxySettings
 from veri.proxy.store import SessionRow, SpanStore
+
+if TYPE_CHECKING:  # metrics.py imports the control routes, which import this module
+    from veri.proxy.metrics import ProxyMetrics
 
 
 def client_finish_reason(policy_reason: str) -> str:
@@ -92,11 +95,13 @@ class Sample:
 
 
 class CaptureService:
-    def __init__(self, settings: ProxySettings, store: SpanStore, rendering: ChatRendering, policy: PolicyReplicas):
+    def __init__(self, settings: ProxySettings, store: SpanStore, rendering: ChatRendering, policy: PolicyReplicas,
+                 metrics: ProxyMetrics):
         self.settings = settings
         self.store = store
         self.rendering = rendering
         self.policy = policy
+        self.metrics = metrics
 
     def sampling_for(self, client_max_tokens: int | None) -> dict[str, Any]:
         """The job's sampling; the client's own values are recorded but never used."""
@@ -168,7 +173,9 @@ class CaptureService:
             duration_s=time.time() - sample.started_at,
         )
         key = prefix_hashes(sample.turn.tools, [*sample.turn.messages, reply])[-1]
-        return self.store.add_span(span, prefix_hash=key, n_messages=len(sample.turn.messages) + 1)
+        stored = self.store.add_span(span, prefix_hash=key, n_messages=len(sample.turn.messages) + 1)
+        self.metrics.span_recorded(stored)
+        return stored
 
     async def complete_raw(
         self, session: SessionRow, prompt_ids: list[int], client_max_tokens: int | None,
@@ -196,14 +203,17 @@ class CaptureService:
             duration_s=time.time() - started_at,
             reply_message={"role": "assistant", "content": self.rendering.decode(completion.token_ids)},
         )
-        return self.store.add_span(span, prefix_hash=f"raw-{uuid.uuid4().hex}", n_messages=0)
+        stored = self.store.add_span(span, prefix_hash=f"raw-{uuid.uuid4().hex}", n_messages=0)
+        self.metrics.span_recorded(stored)
+        return stored
 
     async def _complete(self, session: SessionRow, prompt_ids: list[int], sampling: dict[str, Any]) -> PolicyCompletion:
         """The session's replica samples; a failed or aborted call is counted against that replica."""
         try:
-            return await self.policy.complete(
-                session.replica, prompt_ids, stop_token_ids=self.rendering.stop_token_ids, **sampling
-            )
+            with self.metrics.policy_call_timer(self.policy.replica(session.replica).index):
+                return await self.policy.complete(
+                    session.replica, prompt_ids, stop_token_ids=self.rendering.stop_token_ids, **sampling
+                )
         except PolicyUnavailable:
             self.store.count_failed_call(self.policy.replica(session.replica).index)
             raise

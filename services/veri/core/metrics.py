@@ -1,0 +1,111 @@
+"""Prometheus pieces every veri server shares: per-route HTTP metrics and the `/metrics` answer.
+
+Labels stay bounded: a request is labelled by its route *template* (`/r/{rollout_id}/v1/messages`),
+never by its path, so no rollout id, key or other per-session value becomes a label.
+
+Multiprocess mode (the proxy's `--workers N`): prometheus-client picks how it stores values when it
+is first imported, from PROMETHEUS_MULTIPROC_DIR; `MULTIPROCESS_DIR` is read at that same moment, so
+this process answers `/metrics` the way its values are stored (its own registry, or every worker's
+files summed).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fastapi.routing import iter_route_contexts
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import multiprocess as prometheus_multiprocess
+from starlette.routing import compile_path
+
+from veri.core import envs
+
+MULTIPROCESS_DIR = os.environ.get(envs.PROMETHEUS_MULTIPROC_DIR) or None
+
+METRICS_PATH = "/metrics"
+UNMATCHED_ROUTE = "unmatched"  # a path no route serves (scanners, typos): one label, not one per path
+
+# Seconds; from a cached health check up to a long generation or sandbox run.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+def metrics_payload(registry: CollectorRegistry) -> tuple[bytes, str]:
+    """The text exposition of `registry`, or in multiprocess mode of every worker's values summed."""
+    if MULTIPROCESS_DIR is None:
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    merged = CollectorRegistry()
+    prometheus_multiprocess.MultiProcessCollector(merged, path=MULTIPROCESS_DIR)
+    return generate_latest(merged), CONTENT_TYPE_LATEST
+
+
+def worker_exiting() -> None:
+    """Drop this worker's live gauges (in-flight requests) from the sum once it stops serving."""
+    if MULTIPROCESS_DIR is not None:
+        prometheus_multiprocess.mark_process_dead(os.getpid(), path=MULTIPROCESS_DIR)
+
+
+class RouteMetrics:
+    """`<prefix>_requests_in_flight`, `<prefix>_requests_total` and `<prefix>_request_seconds` per route.
+
+    `describe(route)` adds labels that follow from the route (the proxy's protocol); `extra_labels`
+    names them. Pure ASGI middleware (`middleware(app)`): a streamed reply stays streamed and counts
+    as in flight until its last byte is sent.
+    """
+
+    def __init__(self, prefix: str, registry: CollectorRegistry, *, extra_labels: tuple[str, ...] = (),
+                 describe: Callable[[str], tuple[str, ...]] | None = None) -> None:
+        labels = ("route", *extra_labels)
+        self._describe = describe or (lambda route: ())
+        self._templates = RouteTemplates()
+        self.in_flight = Gauge(f"{prefix}_requests_in_flight", "requests being served now", labels,
+                               registry=registry, multiprocess_mode="livesum")
+        self.requests = Counter(f"{prefix}_requests", "requests answered, by HTTP status", (*labels, "status"),
+                                registry=registry)
+        self.seconds = Histogram(f"{prefix}_request_seconds", "time from request to the reply's last byte",
+                                 labels, registry=registry, buckets=LATENCY_BUCKETS)
+
+    def middleware(self, app: Any) -> Callable[..., Any]:
+        async def instrumented(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] != "http" or scope["path"] == METRICS_PATH:
+                await app(scope, receive, send)
+                return
+            route = self._templates.of(scope)
+            labels = (route, *self._describe(route))
+            status = {"code": 500}  # what a handler that raised past every error handler answers
+
+            async def send_status(message: Any) -> None:
+                if message["type"] == "http.response.start":
+                    status["code"] = message["status"]
+                await send(message)
+
+            started = time.perf_counter()
+            self.in_flight.labels(*labels).inc()
+            try:
+                await app(scope, receive, send_status)
+            finally:
+                self.in_flight.labels(*labels).dec()
+                self.seconds.labels(*labels).observe(time.perf_counter() - started)
+                self.requests.labels(*labels, str(status["code"])).inc()
+
+        return instrumented
+
+
+class RouteTemplates:
+    """Path -> the template of the route that serves it, from the app's routes (read at the first request,
+    when every router is included), in routing order."""
+
+    def __init__(self) -> None:
+        self._table: list[tuple[re.Pattern[str], str]] | None = None
+
+    def of(self, scope: Any) -> str:
+        if self._table is None:
+            templates = [context.path_format for context in iter_route_contexts(scope["app"].routes)]
+            self._table = [(compile_path(template)[0], template) for template in templates if template]
+        for pattern, template in self._table:
+            if pattern.match(scope["path"]):
+                return template
+        return UNMATCHED_ROUTE
