@@ -16,6 +16,8 @@ from fastapi import FastAPI
 
 from veri.launcher.api_router import router
 from veri.launcher.backend import GatedBackend, SandboxBackend
+from veri.launcher.metrics import LauncherMetrics, MeteredBackend
+from veri.launcher.metrics import router as metrics_router
 from veri.launcher.settings import LauncherSettings
 
 log = structlog.get_logger("veri.launcher")
@@ -37,6 +39,7 @@ def make_backend(settings: LauncherSettings) -> SandboxBackend:
 
 def create_app(settings: LauncherSettings, backend: SandboxBackend | None = None) -> FastAPI:
     """The app; `backend` replaces the one `settings` names (tests, and `serve`, which builds it first)."""
+    metrics = LauncherMetrics()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -45,7 +48,7 @@ def create_app(settings: LauncherSettings, backend: SandboxBackend | None = None
         if removed:
             log.warning("removed sandboxes a previous launcher left behind", count=removed)
         app.state.settings = settings
-        app.state.backend = GatedBackend(inner, settings.max_parallel_rollouts)
+        app.state.backend = GatedBackend(MeteredBackend(inner, metrics), settings.max_parallel_rollouts)
         log.info("launcher ready", backend=inner.name, network=settings.network,
                  output_root=str(settings.output_root.absolute()), max_parallel=settings.max_parallel_rollouts)
         try:
@@ -55,6 +58,9 @@ def create_app(settings: LauncherSettings, backend: SandboxBackend | None = None
 
     app = FastAPI(title="veri launcher", lifespan=lifespan)
     app.include_router(router)
+    app.include_router(metrics_router)
+    app.state.metrics = metrics
+    app.add_middleware(metrics.routes.middleware)
     return app
 
 
