@@ -15,4 +15,4 @@ EXPECTED = ["anthropic_sdk", "url_extract_claude", "url_extract_openai"]
 
 @pytest.fixture
 def anthropic_recording() -> Recording:
-    return Recording.load(RECORDINGS / "anthropic_sdk.json")
+    return Recording.load(RECORDINGS / "anthropic_sdk.jsonl")

@@ -116,7 +116,7 @@ def main() -> None:
                 control = ControlClient(proxy.url)
                 for name in args.names or demos:
                     recording = demos[name](proxy, control, control.open_session())
-                    recording.save(RECORDINGS / f"{name}.json")
+                    recording.save(RECORDINGS / f"{name}.jsonl")
                     reward = recording.reward.reward if recording.reward else None
                     print(f"{name}: {len(recording.requests)} requests, {len(recording.spans)} spans,"
                           f" reward {reward}")

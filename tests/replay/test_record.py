@@ -39,7 +39,7 @@ def test_record_then_replay_through_the_proxy(replaying_proxy, anthropic_recordi
     anthropic_tool_loop(unrecorded)
     assert control.recorded_requests(unrecorded.rollout_id) == []
 
-    out = tmp_path / "weather.json"
+    out = tmp_path / "weather.jsonl"
     assert main(["replay", "record", "--proxy", replaying_proxy, "--rollout", recorded.rollout_id,
                  "--out", str(out)]) == 0
     recording = Recording.load(out)
@@ -59,14 +59,14 @@ def test_record_then_replay_through_the_proxy(replaying_proxy, anthropic_recordi
     assert "4 requests, 3 spans: identical to the recording" in capsys.readouterr().out
 
     assert main(["replay", "record", "--proxy", replaying_proxy, "--rollout", unrecorded.rollout_id,
-                 "--out", str(tmp_path / "none.json")]) == 1
+                 "--out", str(tmp_path / "none.jsonl")]) == 1
     assert "open its session with record_requests" in capsys.readouterr().err
 
 
 def test_run_prints_the_difference_and_fails(anthropic_recording, tiny_model, tmp_path, capsys):
     changed = anthropic_recording.model_copy(deep=True)
     changed.spans[1].prompt_token_ids[3] += 1  # as if the second call had rendered one token differently
-    path = tmp_path / "changed.json"
+    path = tmp_path / "changed.jsonl"
     changed.save(path)
     assert main(["replay", "run", str(path), "--model", str(tiny_model)]) == 1
     out = capsys.readouterr().out

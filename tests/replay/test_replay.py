@@ -13,12 +13,12 @@ from veri.replay.runner import check_model, replay_in_process
 
 
 def test_every_demo_has_a_recording():
-    assert sorted(path.stem for path in RECORDINGS.glob("*.json")) == EXPECTED
+    assert sorted(path.stem for path in RECORDINGS.glob("*.jsonl")) == EXPECTED
 
 
 @pytest.mark.parametrize("name", EXPECTED)
 def test_recording_replays_identically(name, tiny_model):
-    recording = Recording.load(RECORDINGS / f"{name}.json")
+    recording = Recording.load(RECORDINGS / f"{name}.jsonl")
     assert recording.spans and recording.episode.row is not None and not recording.episode.verdicts
     assert all(request.status == 200 for request in recording.requests)
     if recording.task is not None:  # the URL demos: the reward is replayed too
@@ -60,7 +60,7 @@ def test_another_model_is_refused_by_name(anthropic_recording, tmp_path):
 
 
 def test_a_broken_file_names_the_fix(tmp_path):
-    path = tmp_path / "old.json"
+    path = tmp_path / "old.jsonl"
     path.write_text('{"format": "veri-replay/0"}')
     with pytest.raises(RecordingError, match="re-record it with `veri replay record`"):
         Recording.load(path)

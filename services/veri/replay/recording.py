@@ -1,4 +1,4 @@
-"""The recording file: one rollout's requests as sent, its spans, episode and reward (JSON)."""
+"""The recording file: one rollout's requests as sent, its spans, episode and reward (JSON lines)."""
 
 from __future__ import annotations
 
@@ -43,23 +43,41 @@ class Recording(BaseModel):
     reward: RewardOutcome | None = None
 
     def save(self, path: Path) -> None:
+        """JSON lines: the header, then one line per request, per span, and the episode, so a
+        re-recording's git diff names the lines that changed."""
+        data = self.model_dump(mode="json")
+        lines = [{key: value for key, value in data.items() if key not in _LINES}]
+        lines += [{"request": request} for request in data["requests"]]
+        lines += [{"span": span} for span in data["spans"]]
+        lines.append({"episode": data["episode"]})
         path.parent.mkdir(parents=True, exist_ok=True)
-        text = orjson.dumps(self.model_dump(mode="json"), option=orjson.OPT_INDENT_2) + b"\n"
         temporary = path.with_name(f".{path.name}.tmp")
-        temporary.write_bytes(text)
+        temporary.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
         temporary.replace(path)
 
     @classmethod
     def load(cls, path: Path) -> Recording:
         try:
-            return cls.model_validate_json(path.read_bytes())
+            header, *rest = (orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip())
+            data = {**header, "requests": [line["request"] for line in rest if "request" in line],
+                    "spans": [line["span"] for line in rest if "span" in line],
+                    "episode": next((line["episode"] for line in rest if "episode" in line), None)}
+            return cls.model_validate(data)
         except FileNotFoundError:
             raise RecordingError(f"no recording at {path}: make one with `veri replay record`") from None
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            raise RecordingError(f"{path} is not a {FORMAT} recording ({where}: {first['msg']}); re-record it with"
+        except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
+            raise RecordingError(f"{path} is not a {FORMAT} recording ({_first_problem(exc)}); re-record it with"
                                  " `veri replay record`") from None
+
+
+_LINES = {"requests", "spans", "episode"}  # a line each; the rest is the header line
+
+
+def _first_problem(error: Exception) -> str:
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        return f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 def episode_of(spans: list[Span], status: RolloutStatus, exit_code: int | None) -> Episode:
