@@ -9,6 +9,11 @@ vLLM aborted (`finish_reason` "abort": a weight sync or a shutdown cut it short)
 finish are `PolicyAborted` / `PolicyUnavailable` (503, so the harness's SDK retries the call), and a
 reply without token ids is `PolicyUnavailable`. Missing logprobs are recorded (`logprobs_absent`):
 the harness gets its answer and the episode rules reject the rollout (`logprobs_absent`).
+
+With `return_token_ids` vLLM and the hf backend echo the prompt ids: 8k of them for an 8k prompt.
+The echo must be the ids sent (a server that re-tokenized or cut the prompt is `PolicyUnavailable`);
+where it is byte for byte the JSON the proxy sent, it is compared as bytes and never parsed, which
+halves the cost of reading a long prompt's reply.
 """
 
 from __future__ import annotations
@@ -61,9 +66,9 @@ class PolicyClient:
         stop_token_ids: list[int], data_parallel_rank: int | None = None,
     ) -> PolicyCompletion:
         assert self._http is not None, "PolicyClient.start() was not awaited"
-        request = CompletionRequest(
+        request = CompletionRequest(  # the prompt is ours (rendered ids): serialized, not validated
             model=self.model,
-            prompt=prompt_ids,
+            prompt=[],
             max_tokens=max_tokens,
             temperature=temperature,
             top_p=top_p,
@@ -72,13 +77,15 @@ class PolicyClient:
             return_token_ids=True,
             skip_special_tokens=False,
         )
+        prompt_json = orjson.dumps(prompt_ids)
+        fields = orjson.dumps(request.model_dump(exclude_none=True, exclude={"prompt"}))
         headers = {"content-type": "application/json"}
         if data_parallel_rank is not None:
             headers[DATA_PARALLEL_RANK_HEADER] = str(data_parallel_rank)
         # The upstream call is never streamed: a span must hold the complete completion.
         try:
             async with self._http.post(
-                f"{self.base_url}/v1/completions", data=orjson.dumps(request.model_dump(exclude_none=True)),
+                f"{self.base_url}/v1/completions", data=fields[:-1] + b',"prompt":' + prompt_json + b"}",
                 headers=headers,
             ) as reply:
                 status, payload = reply.status, await reply.read()
@@ -89,11 +96,7 @@ class PolicyClient:
             raise InvalidRequest(f"the policy refused this prompt: {_error_message(payload)}")
         if status != 200:
             raise PolicyUnavailable(f"policy server answered {status}: {payload[:500].decode(errors='replace')}")
-        try:
-            body = CompletionResponse.model_validate_json(payload)
-        except ValueError as exc:
-            raise PolicyUnavailable(f"policy server sent an unreadable completion: {exc}") from exc
-        return self._completion(body)
+        return self._completion(read_completion(payload, prompt_ids, prompt_json))
 
     def _completion(self, body: CompletionResponse) -> PolicyCompletion:
         choice = body.choices[0]
@@ -117,6 +120,45 @@ class PolicyClient:
             policy_version=body.policy_version, logprobs_absent=absent,
             cached_prompt_tokens=details.cached_tokens if details is not None else None,
         )
+
+
+ECHO_KEY = b'"prompt_token_ids":'
+
+
+def read_completion(payload: bytes, prompt_ids: list[int], prompt_json: bytes) -> CompletionResponse:
+    """The policy's reply, its prompt echoes checked against `prompt_ids` (serialized as `prompt_json`)."""
+    try:
+        body = CompletionResponse.model_validate_json(_without_exact_echoes(payload, prompt_json))
+    except ValueError as exc:
+        raise PolicyUnavailable(f"policy server sent an unreadable completion: {exc}") from exc
+    # Echoes left are spelled otherwise (spaces, another serializer) or differ: compare the values.
+    for echo in [body.prompt_token_ids, *(choice.prompt_token_ids for choice in body.choices)]:
+        if echo is not None and echo != prompt_ids:
+            at = next((i for i, (a, b) in enumerate(zip(echo, prompt_ids, strict=False)) if a != b),
+                      min(len(echo), len(prompt_ids)))
+            raise PolicyUnavailable(
+                f"the policy server echoed other prompt ids than it was sent ({len(prompt_ids)} sent, {len(echo)}"
+                f" echoed, first difference at token {at}): it re-tokenized or cut the prompt, so its completion"
+                " does not continue veri's ids; nothing was recorded. Serve the model with vLLM or veri's hf backend")
+    return body
+
+
+def _without_exact_echoes(payload: bytes, prompt_json: bytes) -> bytes:
+    """`payload` with every `"prompt_token_ids": <exactly prompt_json>` value replaced by null.
+
+    The key can only match a key: inside a JSON string its quotes would be escaped."""
+    parts, start = [], 0
+    while (found := payload.find(ECHO_KEY, start)) != -1:
+        value = found + len(ECHO_KEY)
+        while payload[value : value + 1] in (b" ", b"\n", b"\t", b"\r"):
+            value += 1
+        if payload.startswith(prompt_json, value):
+            parts += [payload[start:value], b"null"]
+            start = value + len(prompt_json)
+        else:
+            parts.append(payload[start:value])
+            start = value
+    return b"".join([*parts, payload[start:]]) if parts else payload
 
 
 def _error_message(payload: bytes) -> str:

@@ -1,0 +1,65 @@
+"""Reading the policy's reply: the prompt ids it echoes must be the ids sent, however it spells them."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+import pytest
+
+from veri.proxy.errors import PolicyUnavailable
+from veri.proxy.policy_client import read_completion
+
+PROMPT = list(range(150, 8350))
+
+
+def reply(echo, *, text: str = "", top_level_echo=None) -> dict:
+    body = {
+        "id": "cmpl-1", "object": "text_completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "text": text, "token_ids": [5, 6, 7], "prompt_token_ids": echo,
+                     "logprobs": {"token_logprobs": [-0.1, -0.2, -0.3]}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": len(PROMPT), "completion_tokens": 3, "total_tokens": len(PROMPT) + 3},
+    }
+    if top_level_echo is not None:
+        body["prompt_token_ids"] = top_level_echo
+    return body
+
+
+def read(payload: bytes):
+    return read_completion(payload, PROMPT, orjson.dumps(PROMPT))
+
+
+@pytest.mark.parametrize("dumps", [orjson.dumps, lambda body: json.dumps(body, indent=1).encode()],
+                         ids=["compact", "spaced"])
+def test_an_echo_of_the_sent_ids_is_accepted(dumps) -> None:
+    body = read(dumps(reply(PROMPT, top_level_echo=PROMPT)))
+    choice = body.choices[0]
+    assert choice.token_ids == [5, 6, 7] and choice.logprobs.token_logprobs == [-0.1, -0.2, -0.3]
+    assert body.usage.prompt_tokens == len(PROMPT)
+
+
+@pytest.mark.parametrize(("echo", "where"), [
+    ([*PROMPT[:100], 1, *PROMPT[101:]], "first difference at token 100"),
+    (PROMPT[:4096], "4096 echoed, first difference at token 4096"),
+    ([*PROMPT, 9], "8201 echoed"),
+])
+def test_an_echo_of_other_ids_is_refused(echo, where) -> None:
+    with pytest.raises(PolicyUnavailable, match=where):
+        read(orjson.dumps(reply(echo)))
+
+
+def test_a_top_level_echo_is_checked_too() -> None:
+    with pytest.raises(PolicyUnavailable, match="first difference at token 0"):
+        read(orjson.dumps(reply(PROMPT, top_level_echo=[0, *PROMPT[1:]])))
+
+
+def test_text_that_spells_the_key_is_left_alone() -> None:
+    text = f'"prompt_token_ids": {orjson.dumps(PROMPT[:3]).decode()} and "prompt_token_ids":'
+    body = read(orjson.dumps(reply(PROMPT, text=text)))
+    assert body.choices[0].text == text
+
+
+def test_no_echo_and_unreadable_replies() -> None:
+    assert read(orjson.dumps(reply(None))).choices[0].token_ids == [5, 6, 7]
+    with pytest.raises(PolicyUnavailable, match="unreadable completion"):
+        read(orjson.dumps(reply(PROMPT))[:-10])
