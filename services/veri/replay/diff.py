@@ -1,7 +1,7 @@
 """What changed between a recording and its replay, in lines a person reads.
 
 Compared: each request's answer status; each span's fields except those that differ on every run
-(rollout id, times, replica, cached-token counts, the response's `created`), with the replay's
+(rollout id, times, replica, cached-token counts, the response's timestamps), with the replay's
 made-up ids mapped back to the recorded ones; the episode (chain, training row, env_mask, verdicts);
 the reward. Token lists name their first differing position and the tokens around it.
 """
@@ -18,6 +18,7 @@ from veri.replay.recording import Recording
 from veri.replay.runner import Replay
 
 VARIES_PER_RUN = {"rollout_id", "started_at", "duration_s", "replica", "cached_prompt_tokens"}
+RESPONSE_TIMES = ("created", "created_at", "completed_at")  # chat's, the Responses API's
 TOKEN_FIELDS = {"prompt_token_ids", "completion_token_ids", "prompt_ids", "completion_ids", "env_mask"}
 MAX_PER_FIELD = 3
 MAX_VALUE_CHARS = 160
@@ -49,7 +50,8 @@ def _comparable(span: Span, rename: dict[str, str]) -> Any:
     for replayed, recorded in rename.items():
         text = text.replace(replayed, recorded)
     value = orjson.loads(text)
-    value["response"].pop("created", None)
+    for stamp in RESPONSE_TIMES:
+        value["response"].pop(stamp, None)
     return value
 
 

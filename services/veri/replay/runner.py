@@ -93,17 +93,23 @@ def _new_spans(control: ControlClient, rollout_id: str, known: list[Span], recor
 
 
 def _ids_given(recorded: Span, replayed: Span) -> dict[str, str]:
-    """The ids the proxy made up for a reply (response id, tool call ids), recorded -> replayed."""
-    pairs = {}
-    old_id, new_id = recorded.response.get("id"), replayed.response.get("id")
-    if isinstance(old_id, str) and isinstance(new_id, str) and old_id:
-        pairs[old_id] = new_id
-    old_calls = recorded.reply_message.get("tool_calls") or []
-    new_calls = replayed.reply_message.get("tool_calls") or []
-    for old, new in zip(old_calls, new_calls, strict=False):
-        if old.get("id") and new.get("id"):
-            pairs[old["id"]] = new["id"]
+    """The ids the proxy made up for a reply, recorded -> replayed: every string under an `id` or
+    `*_id` key (response, message, tool call, output item ids) where the two responses differ."""
+    pairs: dict[str, str] = {}
+    _pair_ids(recorded.response, replayed.response, pairs)
     return pairs
+
+
+def _pair_ids(recorded: Any, replayed: Any, pairs: dict[str, str], key: str = "") -> None:
+    if isinstance(recorded, dict) and isinstance(replayed, dict):
+        for name in recorded.keys() & replayed.keys():
+            _pair_ids(recorded[name], replayed[name], pairs, name)
+    elif isinstance(recorded, list) and isinstance(replayed, list):
+        for old, new in zip(recorded, replayed, strict=False):
+            _pair_ids(old, new, pairs, key)
+    elif (key == "id" or key.endswith("_id")) and isinstance(recorded, str) and isinstance(replayed, str):
+        if recorded and replayed and recorded != replayed:
+            pairs[recorded] = replayed
 
 
 # --- in-process: the replay policy and a proxy, each on a loopback port in a thread --------------
