@@ -12,6 +12,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from veri.core.policy_api import CompletionRequest, CompletionResponse, PolicyVersionResponse, UpdateWeightsRequest
 from veri.policy.hf.batcher import Batcher
 from veri.policy.hf.loader import LoadedModel
+from veri.policy.hf.metrics import policy_metrics
 from veri.policy.hf.serving import CompletionServing
 from veri.policy.hf.weights import read_update
 
@@ -32,7 +33,9 @@ def _model(request: Request) -> LoadedModel:
 
 @router.post("/v1/completions")
 async def create_completion(body: CompletionRequest, request: Request) -> CompletionResponse:
-    return await _serving(request).create_completion(body)
+    response = await _serving(request).create_completion(body)
+    policy_metrics(request).completion_served(response)
+    return response
 
 
 @router.get("/v1/models")

@@ -18,6 +18,8 @@ from starlette.exceptions import HTTPException
 from veri.policy.hf.batcher import Batcher
 from veri.policy.hf.errors import PolicyError, error_body, error_response
 from veri.policy.hf.loader import load_model
+from veri.policy.hf.metrics import PolicyMetrics
+from veri.policy.hf.metrics import router as metrics_router
 from veri.policy.hf.routes import attach_router
 from veri.policy.hf.scripted import ScriptedReplies
 from veri.policy.hf.serving import CompletionServing
@@ -27,9 +29,12 @@ log = structlog.get_logger(__name__)
 
 
 def create_app(settings: PolicySettings) -> FastAPI:
+    metrics = PolicyMetrics()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         _build_state(app, settings)
+        metrics.watch(app.state.batcher)
         app.state.batcher.start()
         log.info("policy server ready", model=settings.model_name, threads=settings.threads)
         try:
@@ -39,6 +44,9 @@ def create_app(settings: PolicySettings) -> FastAPI:
 
     app = FastAPI(title="veri policy (hf backend)", lifespan=lifespan)
     attach_router(app)
+    app.include_router(metrics_router)
+    app.state.metrics = metrics
+    app.add_middleware(metrics.routes.middleware)
     _register_errors(app)
     return app
 
