@@ -7,11 +7,14 @@ TINY_MODEL := build/models/tiny
 CLAUDE_CODE_VERSION := 2.1.332
 # The native binary from the vendored npm tarball (no node, no npm cache): what the images run too.
 CLAUDE := build/claude-code/$(CLAUDE_CODE_VERSION)/claude
+CODEX_VERSION := 0.169.0
+# The Codex CLI's native (static musl) binary from its vendored npm tarball, as its image runs it.
+CODEX := build/codex/$(CODEX_VERSION)/codex
 # Extra prerequisites of `make test` that included makefiles add (e.g. docker images).
 TEST_DEPS :=
 -include mk/*.mk
 
-.PHONY: help disk-check venv tiny-model claude-code test bench-proxy bench-train
+.PHONY: help disk-check venv tiny-model claude-code codex test bench-proxy bench-train
 
 help:
 	@echo "make test          the whole suite (builds everything it needs; what .ci/run runs)"
@@ -19,9 +22,10 @@ help:
 	@echo "make venv          .venv with veri and its test deps (CPU torch from the local wheel)"
 	@echo "make tiny-model    the deterministic tiny test model in $(TINY_MODEL)"
 	@echo "make claude-code   Claude Code $(CLAUDE_CODE_VERSION) (native binary from vendor/npm) in build/claude-code"
+	@echo "make codex         the Codex CLI $(CODEX_VERSION) (native binary from vendor/npm-codex) in build/codex"
 	@echo "make docker        dockerd + gVisor (runsc) ready"
 	@echo "make vendor        the one online step: wheels, npm tarballs, OS rootfs into vendor/"
-	@echo "make images        veri/os-base, veri/base, veri/base-claude-agent, veri/runtime (offline)"
+	@echo "make images        veri/os-base, veri/base, veri/base-claude-agent, veri/base-codex-agent, veri/runtime (offline)"
 	@echo "make harness BUNDLE=DIR          a harness bundle's image"
 	@echo "make base-image NAME=.. DOCKERFILE=..   a custom harness base"
 	@echo "make up / down / logs            the compose stack"
@@ -65,8 +69,17 @@ $(CLAUDE): | vendor-npm
 	chmod 755 $@.tmp && mv $@.tmp $@
 	test "$$($@ --version | cut -d' ' -f1)" = $(CLAUDE_CODE_VERSION)
 
-test: disk-check venv tiny-model claude-code $(TEST_DEPS)
-	VERI_TINY_MODEL=$(TINY_MODEL) VERI_CLAUDE_BIN=$(CLAUDE) $(BIN)/pytest -q -rs
+codex: $(CODEX)
+
+$(CODEX): | vendor-npm
+	mkdir -p $(@D)
+	tar -xzf $(VENDOR)/npm-codex/openai-codex-$(CODEX_VERSION)-linux-x64.tgz \
+		-O package/vendor/x86_64-unknown-linux-musl/bin/codex >$@.tmp
+	chmod 755 $@.tmp && mv $@.tmp $@
+	test "$$($@ --version)" = "codex-cli $(CODEX_VERSION)"
+
+test: disk-check venv tiny-model claude-code codex $(TEST_DEPS)
+	VERI_TINY_MODEL=$(TINY_MODEL) VERI_CLAUDE_BIN=$(CLAUDE) VERI_CODEX_BIN=$(CODEX) $(BIN)/pytest -q -rs
 	@$(MAKE) --no-print-directory test-compose-v2
 
 bench-proxy: venv tiny-model

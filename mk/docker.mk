@@ -1,7 +1,7 @@
 # Docker + gVisor and the offline-built images (scripts/docker/*.sh do the work).
 #   make docker    dockerd + runsc ready (installs them only where that is safe: scripts/docker/setup.sh)
 #   make vendor    the one online step: pip wheels, npm tarballs, the Debian rootfs -> vendor/
-#   make images    veri/os-base, veri/base, veri/base-claude-agent, veri/runtime, offline, from vendor/
+#   make images    veri/os-base, veri/base, veri/base-claude-agent, veri/base-codex-agent, veri/runtime, offline, from vendor/
 #   (the vLLM images have their own targets: mk/vllm_cpu.mk images-vllm-cpu, mk/gpu.mk images-gpu)
 #   make base-image NAME=my/base DOCKERFILE=path/Dockerfile [EXTRA_CA=ca.pem] [BUILD_ARGS="K=V ..."]
 # Air-gapped: `make vendor` where the registries are reachable, copy the tree (with vendor/), then
@@ -20,7 +20,7 @@ COMPOSE ?= $(shell if docker compose version >/dev/null 2>&1; then echo docker c
 	elif command -v docker-compose >/dev/null 2>&1; then echo docker-compose; fi)
 
 DOCKER_ENV := VENDOR=$(VENDOR) IMAGE_PREFIX=$(IMAGE_PREFIX) BASE_OS_IMAGE=$(BASE_OS_IMAGE) \
-	EXTRA_CA=$(EXTRA_CA) CLAUDE_CODE_VERSION=$(CLAUDE_CODE_VERSION) VENDOR_PYTHON=$(VENDOR_PYTHON) \
+	EXTRA_CA=$(EXTRA_CA) CLAUDE_CODE_VERSION=$(CLAUDE_CODE_VERSION) CODEX_VERSION=$(CODEX_VERSION) VENDOR_PYTHON=$(VENDOR_PYTHON) \
 	TORCH_INDEX_URL=$(TORCH_INDEX_URL)
 
 .PHONY: docker vendor vendor-os vendor-wheels vendor-npm images base-image images-clean
@@ -40,7 +40,10 @@ vendor-wheels:
 	@$(DOCKER_ENV) scripts/docker/vendor-wheels.sh $(VENDOR)/wheels/runtime pyproject.toml
 
 vendor-npm:
-	@$(DOCKER_ENV) scripts/docker/vendor-npm.sh $(CLAUDE_CODE_VERSION) $(VENDOR)/npm
+	@$(DOCKER_ENV) scripts/docker/vendor-npm.sh $(VENDOR)/npm \
+		@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) @anthropic-ai/claude-code-linux-x64@$(CLAUDE_CODE_VERSION)
+	@$(DOCKER_ENV) scripts/docker/vendor-npm.sh $(VENDOR)/npm-codex \
+		@openai/codex@$(CODEX_VERSION) @openai/codex@$(CODEX_VERSION)-linux-x64
 
 images: docker disk-check vendor
 	@$(DOCKER_ENV) scripts/docker/images.sh
@@ -50,14 +53,14 @@ base-image: docker
 	@docker image inspect $(IMAGE_PREFIX)/base >/dev/null 2>&1 || $(MAKE) --no-print-directory images
 	@cd $(dir $(DOCKERFILE)) && $(DOCKER_ENV) EXTRA_CA=$(if $(EXTRA_CA),$(abspath $(EXTRA_CA))) \
 		NETWORK=default LOG_DIR=$(CURDIR)/build/docker \
-		PARENTS="$(IMAGE_PREFIX)/base $(IMAGE_PREFIX)/base-claude-agent" \
+		PARENTS="$(IMAGE_PREFIX)/base $(IMAGE_PREFIX)/base-claude-agent $(IMAGE_PREFIX)/base-codex-agent" \
 		BUILD_ARGS="$$(printf '%s\n' $(BUILD_ARGS))" \
 		$(CURDIR)/scripts/docker/build-image.sh $(NAME) $(notdir $(DOCKERFILE)) .
 
 images-clean:
 	-docker image rm $(IMAGE_PREFIX)/trainer-cpu $(IMAGE_PREFIX)/vllm-cpu $(IMAGE_PREFIX)/vllm-cpu-deps \
 		$(IMAGE_PREFIX)/trainer-gpu $(IMAGE_PREFIX)/vllm 2>/dev/null
-	-docker image rm $(IMAGE_PREFIX)/runtime $(IMAGE_PREFIX)/base-claude-agent $(IMAGE_PREFIX)/base $(IMAGE_PREFIX)/os-base
+	-docker image rm $(IMAGE_PREFIX)/runtime $(IMAGE_PREFIX)/base-claude-agent $(IMAGE_PREFIX)/base-codex-agent $(IMAGE_PREFIX)/base $(IMAGE_PREFIX)/os-base
 
 # The sandbox tests (tests/sandbox) need dockerd + runsc and the images; verified from scratch
 # (no packages, no vendor/, no images): docker ~12 s, vendor ~2 min, images ~4 min on 2 cores.

@@ -74,7 +74,8 @@ VERI_OUTPUT_DIR = "VERI_OUTPUT_DIR"
 # --- the URL-extraction demo (not part of the harness contract) -------------------------------
 VERI_WEBFIXTURE_URL = "VERI_WEBFIXTURE_URL"  # base URL `veri data url-extract` builds page URLs on (default http://webfixture:8080)
 
-# --- read by the test suite (make test sets the first two) ------------------------------------
+# --- read by the test suite (make test sets the first three) ------------------------------------
 VERI_TINY_MODEL = "VERI_TINY_MODEL"  # the tiny test model's folder
 VERI_CLAUDE_BIN = "VERI_CLAUDE_BIN"  # the Claude Code binary the proxy tests drive
+VERI_CODEX_BIN = "VERI_CODEX_BIN"  # the Codex CLI binary the proxy tests drive
 VERI_REQUIRE_SANDBOX = "VERI_REQUIRE_SANDBOX"  # 1: a missing gVisor sandbox fails tests/sandbox, not skips
