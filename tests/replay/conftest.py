@@ -9,8 +9,8 @@ import pytest
 from veri.replay.recording import Recording
 
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
-# Every demo bundle's traffic; the Codex bundle's joins once the Responses route lands (see README.md).
-EXPECTED = ["anthropic_sdk", "url_extract_claude", "url_extract_openai"]
+# Every demo bundle's traffic and the SDKs' own loops; the Codex bundle's joins once it lands (README.md).
+EXPECTED = ["anthropic_sdk", "openai_responses", "url_extract_claude", "url_extract_openai"]
 
 
 @pytest.fixture

@@ -5,7 +5,8 @@
 Starts what tests/demo/ starts (the web fixture, `veri serve policy` on the tiny model with scripted
 replies, `veri serve proxy --record-requests`), runs each harness unmodified against it (the demo
 bundles as subprocesses with the rollout environment, the real `claude` binary; the Anthropic SDK
-in this process), then writes each rollout with `record_rollout` (what `veri replay record` does).
+and the OpenAI SDK's Responses API in this process), then writes each rollout with `record_rollout`
+(what `veri replay record` does).
 Run it when a change to rendering, bridging or masking is intended, and commit the new files with
 the change. Needs `make tiny-model` (or $VERI_TINY_MODEL) and, for Claude Code, `make claude-code`.
 """
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import anthropic
+import openai
 
 from tests.demo.conftest import CLAUDE_PAGE, OPENAI_PAGE, answer_rule, fetch_rule, run_bundle, tool_call
 from tests.proxy.conftest import SCRIPT, fake_weather, proxy_args
@@ -86,6 +88,34 @@ def anthropic_sdk(proxy: RunningServer, control: ControlClient, session: Session
                           note="python -m tests.replay.record_demos anthropic_sdk")
 
 
+RESPONSES_WEATHER = {"type": "function", **{key: WEATHER[key] for key in ("name", "description")},
+                     "parameters": WEATHER["input_schema"]}
+
+
+def responses_tool_loop(session: SessionInfo) -> None:
+    """The `openai` SDK's Responses API, streamed, each call chained to the last by previous_response_id
+    (only the new function_call_output items sent), as the Agents SDK and Codex do."""
+    client = openai.OpenAI(base_url=session.openai_base_url, api_key=session.api_key, max_retries=0)
+    request: dict = {"input": "What is the weather in Paris and London?"}
+    for _ in range(4):
+        with client.responses.stream(model="policy", tools=[RESPONSES_WEATHER], instructions="Use the tool.",
+                                     **request) as events:
+            reply = events.get_final_response()
+        outputs = [{"type": "function_call_output", "call_id": item.call_id,
+                    "output": fake_weather(json.loads(item.arguments)["city"])}
+                   for item in reply.output if item.type == "function_call"]
+        if not outputs:
+            return
+        request = {"input": outputs, "previous_response_id": reply.id}
+    raise RuntimeError("the Responses tool loop did not finish: check the scripted replies")
+
+
+def openai_responses(proxy: RunningServer, control: ControlClient, session: SessionInfo) -> Recording:
+    responses_tool_loop(session)
+    return record_rollout(control, session.rollout_id, name="openai_responses",
+                          note="python -m tests.replay.record_demos openai_responses")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="which recordings (default: all)")
@@ -97,6 +127,7 @@ def main() -> None:
             "url_extract_openai": bundle_demo("url_extract_openai", openai_task),
             "url_extract_claude": bundle_demo("url_extract_claude", claude_task),
             "anthropic_sdk": anthropic_sdk,
+            "openai_responses": openai_responses,
         }
         unknown = sorted(set(args.names) - set(demos))
         if unknown:
