@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from veri.core.records import RecordedRequest, ReplicaStats, SessionStatus, Span
+from veri.proxy.checkpointer import WalCheckpointer
 from veri.proxy.errors import CaptureFailed, InvalidApiKey, InvalidRequest, SessionClosed, UnknownRollout
 from veri.proxy.replicas import Replica
 
@@ -128,12 +129,15 @@ class SpanStore:
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA wal_autocheckpoint=0")  # checkpointed off the request path instead
         self._db.executescript(_SCHEMA)
         for table, column, kind in _ADDED_COLUMNS:  # a store written by an older proxy
             if column not in {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}:
                 self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        self._checkpointer = WalCheckpointer(self.path)
 
     def close(self) -> None:
+        self._checkpointer.stop()
         with self._lock:
             self._db.close()
 
