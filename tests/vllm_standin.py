@@ -4,7 +4,7 @@ tests use it (with --no-version, as vLLM reports none) for the trainer-set polic
 the replies and routing the proxy must handle:
 
   PUT /standin/reply     {"finish_reason": "stop"|"length"|"repetition"|"abort"|"error",
-                          "logprobs": "ok"|"null"|"null_entry", "times": N}
+                          "logprobs": "ok"|"null"|"null_entry", "delay_s": S, "times": N}
                          sets the shape of the next N replies (then back to stop/ok; no times: until reset)
   GET /standin/requests  with --record: every completion request so far, {"rank": its
                          X-data-parallel-rank or None, "prompt": ids}
@@ -19,6 +19,7 @@ and nothing is recorded, so the bench measures the proxy, not this.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 
 import uvicorn
@@ -100,7 +101,9 @@ class Standin:
             payload = json.dumps(self.requests).encode()
         elif path == "/v1/completions":
             rank = dict(scope["headers"]).get(RANK_HEADER)
+            delay_s = self.shape.get("delay_s", 0)  # a slow policy: the harness's SDK times out and retries
             payload = self.complete(json.loads(body), int(rank) if rank is not None else None)
+            await asyncio.sleep(delay_s)
         else:
             payload = b"{}"
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]

@@ -15,6 +15,7 @@ import pytest
 
 from tests.core.spans import bridged_chain, make_span
 from veri.core.episodes import RolloutStatus, Rule, Verdict, build_episode
+from veri.core.records import ToolCallFailure
 from veri.core.rollouts import RewardOutcome, RolloutRecord
 from veri.harness.debug import explain, read_records
 from veri.trainer.archive import (
@@ -172,6 +173,8 @@ def test_step_metrics_of_a_crafted_batch():
         "tokens/prompt": 3 + 2 + 2 + 1 + 2, "tokens/completion": 7 + 2 + 2 + 2 + 4,
         "tokens/environment": 3 + 1, "tokens/trainable_completion": 7 + 2 + 4, "tokens/completion_mean": 17 / 5,
         "turns/mean": 9 / 6, "turns/max": 3,
+        "tool_calls/attempted": 0, "tool_calls/parse_failed": 0, "rollouts/with_parse_failures": 0,
+        **{f"tool_calls/parse_failed/{kind.value}": 0 for kind in ToolCallFailure},  # no rate: nothing attempted
         "policy_version/min": 0, "policy_version/max": 1, "policy_version/distinct": 2,
         "time/rollout_s": 2.0, "time/reward_s": 0.5, "time/train_s": 1.0, "time/weight_sync_s": 0.25,
         "time/step_s": 3.75,

@@ -45,6 +45,22 @@ class RolloutRecord(BaseModel):
         return [*self.episode.verdicts, *(self.reward.verdicts if self.reward else [])]
 
     @property
+    def tool_call_failures(self) -> dict[str, int]:
+        """Tool calls the renderer could not parse (or that name no offered tool), by kind, over every span."""
+        counts: dict[str, int] = {}
+        for failure in (failure for span in self.spans for failure in span.tool_call_failures):
+            counts[failure.kind.value] = counts.get(failure.kind.value, 0) + 1
+        return counts
+
+    @property
+    def tool_calls_attempted(self) -> int:
+        """Tool calls the policy wrote, parsed or not: the harness's calls plus those it got as text."""
+        return sum(
+            len(span.reply_message.get("tool_calls") or []) + sum(f.sent_as == "text" for f in span.tool_call_failures)
+            for span in self.spans
+        )
+
+    @property
     def trainable(self) -> bool:
         """Used in the loss: a row exists, no rule rejected it, and it has a reward."""
         if any(verdict.effect == Effect.REJECT for verdict in self.verdicts) or self.episode.row is None:

@@ -7,22 +7,25 @@ to the policy replica its session is pinned to (`replicas.py`), and its span say
 
 from __future__ import annotations
 
-import json
+import asyncio
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from renderers import ToolCallParseStatus
-
-from veri.core.records import PromptSource, Protocol, Span, TokenFidelity
+from veri.core.records import PromptSource, Protocol, Span, TokenFidelity, ToolCallParseFailure
 from veri.proxy.errors import PolicyUnavailable
-from veri.proxy.history import prefix_hashes
+from veri.proxy.history import RequestIdentity, prefix_hashes
 from veri.proxy.policy_client import PolicyCompletion
 from veri.proxy.rendering import ChatRendering, PromptPlan
 from veri.proxy.replicas import PolicyReplicas
 from veri.proxy.settings import ProxySettings
 from veri.proxy.store import SessionRow, SpanStore
+from veri.proxy.tool_calls import ToolCall, split_tool_calls
+
+# A retry waits for a try of the same request still in flight; past the policy's own timeout (plus
+# this) that try is taken for lost, and the retry samples afresh.
+IN_FLIGHT_GRACE_S = 30.0
 
 if TYPE_CHECKING:  # metrics.py imports the control routes, which import this module
     from veri.proxy.metrics import ProxyMetrics
@@ -45,14 +48,6 @@ class ChatTurn:
     max_tokens: int | None = None
 
 
-@dataclass(frozen=True)
-class ToolCall:
-    id: str
-    name: str
-    arguments: str  # JSON text, as OpenAI sends it
-    input: dict[str, Any]  # parsed, as Anthropic sends it
-
-
 @dataclass
 class Sample:
     """One policy call, parsed, not yet recorded."""
@@ -73,6 +68,9 @@ class Sample:
     stop_sequence: str | None
     sampling: dict[str, Any]
     started_at: float
+    tool_call_failures: list[ToolCallParseFailure] = field(default_factory=list)
+    identity: RequestIdentity | None = None
+    request_id: int | None = None  # the store's note of this request (SpanStore.begin_request)
 
     @property
     def prompt_tokens(self) -> int:
@@ -121,27 +119,55 @@ class CaptureService:
         protocol: Protocol,
         raw_request: dict[str, Any],
         tool_id_prefix: str,
+        identity: RequestIdentity | None = None,
     ) -> Sample:
+        """Sample a new call. With its `identity`, a client's retry of it finds it (`answered_retry`)."""
         started_at = time.time()
-        plan = self.rendering.plan_prompt(self.store, session.rollout_id, turn.messages, turn.tools)
-        sampling = self.sampling_for(turn.max_tokens)
-        completion = await self._complete(session, plan.prompt_ids, sampling)
-        ids, logprobs, stop_sequence = self._apply_stop_sequences(completion, turn.stop)
-        parsed = self.rendering.parse(ids, turn.tools if turn.parse_tools else None, plan.prompt_ids)
-        content, calls = self._split_tool_calls(parsed, turn.parse_tools, tool_id_prefix)
+        request_id = self.store.begin_request(session.rollout_id, identity.key) if identity else None
+        try:
+            plan = self.rendering.plan_prompt(self.store, session.rollout_id, turn.messages, turn.tools)
+            sampling = self.sampling_for(turn.max_tokens)
+            completion = await self._complete(session, plan.prompt_ids, sampling)
+            ids, logprobs, stop_sequence = self._apply_stop_sequences(completion, turn.stop)
+            parsed = self.rendering.parse(ids, turn.tools if turn.parse_tools else None, plan.prompt_ids)
+        except BaseException:
+            if request_id is not None:
+                self.store.drop_request(request_id)  # no span: a retry of this request samples afresh
+            raise
+        split = split_tool_calls(parsed, turn.tools if turn.parse_tools else None, tool_id_prefix)
         if stop_sequence is not None:
             finish = "stop_sequence"
         elif client_finish_reason(completion.finish_reason) == "length":
             finish = "length"
         else:
-            finish = "tool_calls" if calls else "stop"
+            finish = "tool_calls" if split.calls else "stop"
         return Sample(
             session=session, path=path, protocol=protocol, raw_request=raw_request, turn=turn, plan=plan,
-            completion=completion, completion_ids=ids, completion_logprobs=logprobs, content=content,
-            reasoning=parsed.reasoning_content or None, tool_calls=calls, finish=finish,
+            completion=completion, completion_ids=ids, completion_logprobs=logprobs, content=split.content,
+            reasoning=parsed.reasoning_content or None, tool_calls=split.calls, finish=finish,
             stop_sequence=stop_sequence, sampling={**sampling, "stop_token_ids": self.rendering.stop_token_ids},
-            started_at=started_at,
+            started_at=started_at, tool_call_failures=split.failures, identity=identity, request_id=request_id,
         )
+
+    async def answered_retry(self, session: SessionRow, identity: RequestIdentity) -> Span | None:
+        """The span that answered this same request before, when this is the client's retry of it (its
+        timeout, a lost reply): the retry is answered with that span's response and noted in its
+        `retried_at`, so the rollout gets no second sample and no second branch. A try still in flight is
+        waited for. None: a new call (or one whose earlier tries left no span), to be sampled."""
+        if not identity.may_be_retry:
+            return None
+        arrived = time.time()
+        patience = self.settings.policy_timeout_s + IN_FLIGHT_GRACE_S
+        pause = 0.02
+        while True:
+            answered = self.store.answered_request(session.rollout_id, identity.key,
+                                                   in_flight_since=time.time() - patience)
+            if answered is None:
+                return None
+            if answered >= 0:
+                return self.store.add_retry(session.rollout_id, answered, arrived)
+            await asyncio.sleep(pause)  # the first try is still with the policy
+            pause = min(pause * 2, 0.25)
 
     def record(self, sample: Sample, response: dict[str, Any]) -> Span:
         """Store the span durably. Must happen before the response reaches the harness."""
@@ -171,9 +197,12 @@ class CaptureService:
             sampling=sample.sampling,
             started_at=sample.started_at,
             duration_s=time.time() - sample.started_at,
+            tool_call_failures=sample.tool_call_failures,
+            client_retry_count=sample.identity.client_retry_count if sample.identity else None,
         )
         key = prefix_hashes(sample.turn.tools, [*sample.turn.messages, reply])[-1]
-        stored = self.store.add_span(span, prefix_hash=key, n_messages=len(sample.turn.messages) + 1)
+        stored = self.store.add_span(span, prefix_hash=key, n_messages=len(sample.turn.messages) + 1,
+                                     answers=sample.request_id)
         self.metrics.span_recorded(stored)
         return stored
 
@@ -246,22 +275,3 @@ class CaptureService:
             else:
                 low = middle + 1
         return ids[:low], completion.logprobs[:low], stop
-
-    @staticmethod
-    def _split_tool_calls(parsed: Any, parse_tools: bool, id_prefix: str) -> tuple[str, list[ToolCall]]:
-        content = parsed.content or ""
-        calls: list[ToolCall] = []
-        for attempt in parsed.tool_calls:
-            if not parse_tools or attempt.status != ToolCallParseStatus.OK or not isinstance(attempt.arguments, dict):
-                # Malformed calls (or any call under tool_choice "none") reach the harness as the text written.
-                content = f"{content}\n{attempt.raw}" if content else attempt.raw
-                continue
-            calls.append(
-                ToolCall(
-                    id=f"{id_prefix}{uuid.uuid4().hex[:24]}",
-                    name=attempt.name or "",
-                    arguments=json.dumps(attempt.arguments, ensure_ascii=False),
-                    input=attempt.arguments,
-                )
-            )
-        return content, calls

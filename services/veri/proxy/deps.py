@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from veri.proxy.capture import CaptureService
 from veri.proxy.errors import InvalidRequest
+from veri.proxy.history import RequestIdentity
 from veri.proxy.requests import presented_key, read_json_body
 from veri.proxy.store import SessionRow
 
@@ -47,10 +48,12 @@ class RolloutCall(Generic[Model]):
     session: SessionRow
     body: dict[str, Any]
     parsed: Model
+    identity: RequestIdentity  # recognises the client's retry of this request
 
 
 async def rollout_call(request: Request, rollout_id: str, model: type[Model]) -> RolloutCall[Model]:
     capture = capture_service(request)
     session = capture.store.authorize(rollout_id, presented_key(request))
     body = await read_json_body(request, capture.settings.max_body_bytes)
-    return RolloutCall(capture, session, body, parse_body(model, body))
+    identity = RequestIdentity.of(request.url.path, body, request.headers)
+    return RolloutCall(capture, session, body, parse_body(model, body), identity)

@@ -1,4 +1,4 @@
-"""Recognising a continued conversation: canonical messages and prefix hashes.
+"""Recognising a continued conversation (canonical messages and prefix hashes) and a re-sent request.
 
 A call *continues* an earlier call of the same rollout when its messages start with that call's
 messages followed by the reply the proxy returned (as the client echoes it back). Clients echo
@@ -6,12 +6,18 @@ replies in their own shapes (OpenAI SDK objects, Anthropic content blocks, white
 arguments re-serialised), so messages are compared in a canonical form that keeps exactly what
 the chat template renders and drops what it does not (ids, cache hints, reasoning the client
 may or may not send back — the sampled reasoning is kept verbatim in the bridged ids anyway).
+
+A *retry* is the same request sent again (an SDK's retry after its timeout or a 5xx): same route,
+same body. `request_key` identifies one; the capture path answers a retry from the earlier call's
+span instead of sampling a second, different continuation.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -66,3 +72,33 @@ def first_difference(earlier: list[dict[str, Any]], later: list[dict[str, Any]])
     if len(later) <= len(earlier):
         return f"the request has {len(later)} messages, fewer than the {len(earlier)} already sampled"
     return "the tools or chat-template settings differ"
+
+
+# The OpenAI and Anthropic SDKs (Python and TypeScript: Claude Code too) number each try of a call.
+RETRY_COUNT_HEADER = "x-stainless-retry-count"
+
+
+@dataclass(frozen=True)
+class RequestIdentity:
+    """What recognises a client's retry: its route + body, and the retry count the client sent."""
+
+    key: str
+    client_retry_count: int | None  # None: the client sent none
+
+    @classmethod
+    def of(cls, path: str, body: dict[str, Any], headers: Mapping[str, str]) -> RequestIdentity:
+        count = headers.get(RETRY_COUNT_HEADER, "")
+        return cls(request_key(path, body), int(count) if count.isdigit() else None)
+
+    @property
+    def may_be_retry(self) -> bool:
+        """A count of 0 is the client's word that this is a new call, even with a body it sent before
+        (a harness that asks again on purpose): only then is a same-body request sampled afresh."""
+        return self.client_retry_count != 0
+
+
+def request_key(path: str, body: dict[str, Any]) -> str:
+    """Identifies a request by its route and body (keys in any order), so a client's retry matches it."""
+    digest = hashlib.blake2b(path.encode(), digest_size=16)
+    digest.update(orjson.dumps(body, option=orjson.OPT_SORT_KEYS))
+    return digest.hexdigest()

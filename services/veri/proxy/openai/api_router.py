@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from veri.core.records import Protocol
 from veri.proxy.capture import CaptureService, client_finish_reason
-from veri.proxy.deps import capture_service, json_response, rollout_call, served_model
+from veri.proxy.deps import RolloutCall, capture_service, json_response, rollout_call, served_model
 from veri.proxy.errors import InvalidRequest
 from veri.proxy.openai import serving
 from veri.proxy.openai.protocol import ChatCompletionRequest, CompletionRequest
@@ -20,33 +22,44 @@ router = APIRouter(prefix="/r/{rollout_id}/v1")
 async def chat_completions(rollout_id: str, request: Request):
     call = await rollout_call(request, rollout_id, ChatCompletionRequest)
     parsed = call.parsed
-    sample = await call.capture.sample(
-        call.session, serving.to_chat_turn(parsed), path="/v1/chat/completions", protocol=Protocol.OPENAI_CHAT,
-        raw_request=call.body, tool_id_prefix="call_",
-    )
-    response = serving.chat_response(sample, served_model(request))
-    call.capture.record(sample, response)
+    response = await _chat_response(call, served_model(request))
     if parsed.stream:
         include_usage = bool((parsed.stream_options or {}).get("include_usage"))
-        return StreamingResponse(serving.chat_stream(response, sample, include_usage), media_type="text/event-stream")
+        return StreamingResponse(serving.chat_stream(response, include_usage), media_type="text/event-stream")
     return json_response(response)
+
+
+async def _chat_response(call: RolloutCall[ChatCompletionRequest], model: str) -> dict[str, Any]:
+    """The recorded response: a retry's earlier one, or a new call's, sampled and recorded here."""
+    if (answered := await call.capture.answered_retry(call.session, call.identity)) is not None:
+        return answered.response
+    sample = await call.capture.sample(
+        call.session, serving.to_chat_turn(call.parsed), path="/v1/chat/completions", protocol=Protocol.OPENAI_CHAT,
+        raw_request=call.body, tool_id_prefix="call_", identity=call.identity,
+    )
+    response = serving.chat_response(sample, model)
+    call.capture.record(sample, response)
+    return response
 
 
 @router.post("/completions")
 async def completions(rollout_id: str, request: Request):
     call = await rollout_call(request, rollout_id, CompletionRequest)
     parsed, capture = call.parsed, call.capture
-    prompt_ids = _prompt_ids(capture, parsed.prompt)
-    completion, sampling, started_at = await capture.complete_raw(
-        call.session, prompt_ids, parsed.max_tokens, path="/v1/completions", raw_request=call.body
-    )
-    text = capture.rendering.decode(completion.token_ids)
-    response = serving.completion_response(
-        text, client_finish_reason(completion.finish_reason), len(prompt_ids), len(completion.token_ids),
-        served_model(request),
-    )
-    capture.record_raw(call.session, prompt_ids, completion, sampling, started_at,
-                       path="/v1/completions", raw_request=call.body, response=response)
+    if (answered := await capture.answered_retry(call.session, call.identity)) is not None:
+        response = answered.response
+    else:
+        prompt_ids = _prompt_ids(capture, parsed.prompt)
+        completion, sampling, started_at = await capture.complete_raw(
+            call.session, prompt_ids, parsed.max_tokens, path="/v1/completions", raw_request=call.body
+        )
+        text = capture.rendering.decode(completion.token_ids)
+        response = serving.completion_response(
+            text, client_finish_reason(completion.finish_reason), len(prompt_ids), len(completion.token_ids),
+            served_model(request),
+        )
+        capture.record_raw(call.session, prompt_ids, completion, sampling, started_at,
+                           path="/v1/completions", raw_request=call.body, response=response)
     if parsed.stream:
         include_usage = bool((parsed.stream_options or {}).get("include_usage"))
         return StreamingResponse(serving.completion_stream(response, include_usage), media_type="text/event-stream")

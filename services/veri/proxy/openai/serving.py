@@ -92,23 +92,24 @@ def chat_response(sample: Sample, model: str) -> dict[str, Any]:
     }
 
 
-def chat_stream(response: dict[str, Any], sample: Sample, include_usage: bool) -> Iterator[bytes]:
+def chat_stream(response: dict[str, Any], include_usage: bool) -> Iterator[bytes]:
     """The already-recorded response replayed as OpenAI chat.completion.chunk events."""
     head = {"id": response["id"], "object": "chat.completion.chunk", "created": response["created"],
             "model": response["model"]}
+    choice = response["choices"][0]
+    message = choice["message"]
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
         return _sse({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]})
 
     yield chunk({"role": "assistant", "content": ""})
-    if sample.reasoning:
-        yield chunk({"reasoning_content": sample.reasoning})
-    if sample.content:
-        yield chunk({"content": sample.content})
-    for position, call in enumerate(sample.tool_calls):
-        yield chunk({"tool_calls": [{"index": position, "id": call.id, "type": "function",
-                                     "function": {"name": call.name, "arguments": call.arguments}}]})
-    yield chunk({}, _finish_reason(sample))
+    if message.get("reasoning_content"):
+        yield chunk({"reasoning_content": message["reasoning_content"]})
+    if message.get("content"):
+        yield chunk({"content": message["content"]})
+    for position, call in enumerate(message.get("tool_calls") or []):
+        yield chunk({"tool_calls": [{"index": position, **call}]})
+    yield chunk({}, choice["finish_reason"])
     if include_usage:
         yield _sse({**head, "choices": [], "usage": response["usage"]})
     yield b"data: [DONE]\n\n"

@@ -14,6 +14,12 @@
     tokens/trainable_completion                     sampled tokens of trainable rollouts (what the loss sees)
     tokens/completion_mean                          sampled tokens per row
     turns/mean, turns/max                           spans (model calls) per rollout
+    tool_calls/attempted                            tool calls the policy wrote, parsed or not
+    tool_calls/parse_failed, .../parse_failed/<kind>
+                                                    those the renderer could not parse (or naming no offered
+                                                    tool), every ToolCallFailure kind (zeros included)
+    tool_calls/parse_failure_rate                   parse_failed / attempted (left out when none was attempted)
+    rollouts/with_parse_failures                    rollouts with at least one
     policy_version/min, /max, /distinct             over every span of the step
     replica/<i>/requests, replica/<i>/prefix_cache_hit_rate
                                                     per policy replica the proxy pinned rollouts to: model
@@ -32,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from veri.core.episodes import RolloutStatus, Rule
+from veri.core.records import ToolCallFailure
 from veri.core.rollouts import RolloutRecord
 
 Metrics = dict[str, float | int]
@@ -87,9 +94,25 @@ def step_metrics(records: list[RolloutRecord], timings: dict[str, float]) -> Met
             "policy_version/distinct": len(versions),
         }
 
+    metrics |= _tool_call_metrics(records)
     metrics |= _replica_metrics([span for record in records for span in record.spans])
     metrics |= {f"time/{name}_s": float(seconds) for name, seconds in timings.items() if name != "step"}
     metrics["time/step_s"] = float(timings["step"]) if "step" in timings else float(sum(timings.values()))
+    return metrics
+
+
+def _tool_call_metrics(records: list[RolloutRecord]) -> Metrics:
+    """A job has one harness, so these are that harness's: a policy whose tool calls degrade shows here
+    (the rate climbs) before its reward falls."""
+    per_rollout = [record.tool_call_failures for record in records]
+    failed = sum(sum(counts.values()) for counts in per_rollout)
+    attempted = sum(record.tool_calls_attempted for record in records)
+    metrics: Metrics = {"tool_calls/attempted": attempted, "tool_calls/parse_failed": failed}
+    metrics |= {f"tool_calls/parse_failed/{kind.value}": sum(counts.get(kind.value, 0) for counts in per_rollout)
+                for kind in ToolCallFailure}
+    if attempted:
+        metrics["tool_calls/parse_failure_rate"] = failed / attempted
+    metrics["rollouts/with_parse_failures"] = sum(bool(counts) for counts in per_rollout)
     return metrics
 
 

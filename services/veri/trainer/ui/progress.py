@@ -114,6 +114,8 @@ class StepProgress:
             summary += f", reward mean {metrics['reward/mean']:.4g}"
         if TRL_PREFIX + "loss" in metrics:
             summary += f", loss {metrics[TRL_PREFIX + 'loss']:.4g}"
+        if metrics.get("tool_calls/parse_failed"):  # named as it happens: degrading tool use precedes reward collapse
+            summary += f", tool calls unparsed {metrics['tool_calls/parse_failed']}/{metrics['tool_calls/attempted']}"
         times = ", ".join(f"{name} {step.timings[name]:.1f}s" for name in ("rollout", "reward", "train", "weight_sync")
                           if name in step.timings)
         self.archive.log(summary)

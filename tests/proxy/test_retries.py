@@ -1,0 +1,177 @@
+"""A client's retry does not fork a rollout (issue 12 item 5): the SDKs' own retries (openai and
+anthropic `max_retries`, after their timeout or a 503) through the proxy, against the vLLM stand-in
+made slow or failing once. The retry is answered from the first try's span (no second sample, no
+second branch, no history_rewritten) and the span records it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import httpx
+import httpx2
+import openai
+import pytest
+
+from tests.proxy.conftest import proxy_args, standin
+from tests.servers import start_server
+from veri.core.episodes import Rule, build_episode
+from veri.core.records import SessionInfo
+from veri.proxy.control_client import ControlClient
+from veri.proxy.history import RETRY_COUNT_HEADER
+
+SLOW_S = 3.0  # the policy's delay on a slow call
+CLIENT_TIMEOUT_S = 2.0  # the SDK gives up on a try after this, and retries
+
+
+class Policy:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def next_reply(self, **shape) -> None:
+        httpx.put(f"{self.url}/standin/reply", json=shape, timeout=5).raise_for_status()
+
+    def calls(self) -> int:
+        return len(httpx.get(f"{self.url}/standin/requests", timeout=5).json())
+
+
+@pytest.fixture(scope="module")
+def stack(reply_ids: list[int], tiny_model: Path, tmp_path_factory) -> Iterator[tuple[Policy, ControlClient]]:
+    with standin(reply_ids, "--record") as policy_url:
+        args = proxy_args(policy_url, tiny_model, tmp_path_factory.mktemp("spans"))
+        with start_server(args) as proxy:
+            yield Policy(policy_url), ControlClient(proxy.url)
+
+
+class Tries:
+    """Counts every HTTP try an SDK makes (its first and each retry)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, request: httpx.Request | httpx2.Request) -> None:
+        self.count += 1
+
+
+def openai_client(session: SessionInfo, tries: Tries, **options) -> openai.OpenAI:
+    return openai.OpenAI(base_url=session.openai_base_url, api_key=session.api_key, max_retries=3,
+                         timeout=CLIENT_TIMEOUT_S, http_client=httpx.Client(event_hooks={"request": [tries]}),
+                         **options)
+
+
+def rewritten(spans) -> list:
+    return [v for v in build_episode(spans).verdicts if v.rule == Rule.HISTORY_REWRITTEN]
+
+
+def test_an_openai_retry_after_its_timeout_is_answered_from_the_first_try(stack):
+    policy, control = stack
+    session = control.open_session()
+    tries = Tries()
+    before = policy.calls()
+    policy.next_reply(delay_s=SLOW_S, times=1)
+    reply = openai_client(session, tries).chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": "hello"}])
+    assert tries.count >= 2  # the SDK did time out and retry
+    [span] = control.spans(session.rollout_id)  # one span: no second branch
+    assert policy.calls() - before == 1  # one sample
+    assert len(span.retried_at) == tries.count - 1
+    assert all(span.started_at < at for at in span.retried_at)
+    assert reply.id == span.response["id"]  # the recorded response itself
+    assert reply.choices[0].message.content == span.response["choices"][0]["message"]["content"]
+    assert span.client_retry_count == 0  # the first try, which was sampled
+
+
+def test_an_anthropic_streamed_retry_after_its_timeout_replays_the_recorded_response(stack):
+    policy, control = stack
+    session = control.open_session()
+    tries = Tries()
+    before = policy.calls()
+    policy.next_reply(delay_s=SLOW_S, times=1)
+    client = anthropic.Anthropic(base_url=session.anthropic_base_url, api_key=session.api_key, max_retries=3,
+                                 timeout=CLIENT_TIMEOUT_S, http_client=httpx2.Client(event_hooks={"request": [tries]}))
+    with client.messages.stream(model="policy", max_tokens=64,
+                                messages=[{"role": "user", "content": "hello"}]) as stream:
+        message = stream.get_final_message()
+    assert tries.count >= 2
+    [span] = control.spans(session.rollout_id)
+    assert policy.calls() - before == 1
+    assert len(span.retried_at) == tries.count - 1
+    assert message.id == span.response["id"]
+    assert [block.text for block in message.content] == [block["text"] for block in span.response["content"]]
+
+
+def test_a_responses_retry_gets_the_recorded_id_a_later_call_can_continue(stack):
+    policy, control = stack
+    session = control.open_session()
+    tries = Tries()
+    client = openai_client(session, tries)
+    policy.next_reply(delay_s=SLOW_S, times=1)
+    first = client.responses.create(model="policy", input="hello")
+    assert tries.count >= 2
+    [span] = control.spans(session.rollout_id)
+    assert first.id == span.response["id"] and len(span.retried_at) == tries.count - 1
+    client.responses.create(model="policy", input="and then?", previous_response_id=first.id)
+    spans = control.spans(session.rollout_id)
+    assert len(spans) == 2 and spans[1].bridged_from == 0 and rewritten(spans) == []
+
+
+def test_a_retry_mid_conversation_keeps_one_bridged_chain(stack):
+    policy, control = stack
+    session = control.open_session()
+    tries = Tries()
+    client = openai_client(session, tries)
+    messages = [{"role": "user", "content": "first"}]
+    for turn in range(3):
+        if turn == 1:
+            policy.next_reply(delay_s=SLOW_S, times=1)
+        reply = client.chat.completions.create(model="policy", messages=messages)
+        messages += [reply.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": f"n{turn}"}]
+    assert tries.count >= 4  # 3 calls, the second retried
+    spans = control.spans(session.rollout_id)
+    assert [span.request_index for span in spans] == [0, 1, 2]
+    assert [len(span.retried_at) for span in spans] == [0, tries.count - 3, 0]
+    assert [span.bridged_from for span in spans] == [None, 0, 1]
+    assert rewritten(spans) == []
+    assert build_episode(spans).chain == [0, 1, 2]
+
+
+def test_a_retry_after_a_503_samples_and_the_span_says_it_was_a_retry(stack):
+    policy, control = stack
+    session = control.open_session()
+    tries = Tries()
+    before = policy.calls()
+    policy.next_reply(finish_reason="abort", times=1)  # vLLM aborted the call: the proxy answers 503, no span
+    openai_client(session, tries).chat.completions.create(model="policy",
+                                                          messages=[{"role": "user", "content": "hello"}])
+    assert tries.count == 2
+    [span] = control.spans(session.rollout_id)
+    assert policy.calls() - before == 2  # the aborted call and the retry's
+    assert span.client_retry_count == 1 and span.retried_at == []
+
+
+def test_the_sdk_asking_again_on_purpose_samples_again(stack):
+    # Each create() is a new call (retry count 0), even with the same body: a harness may re-ask.
+    policy, control = stack
+    session = control.open_session()
+    client = openai_client(session, Tries())
+    for _ in range(2):
+        client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "again"}])
+    spans = control.spans(session.rollout_id)
+    assert len(spans) == 2 and all(span.retried_at == [] for span in spans)
+
+
+def test_a_client_without_a_retry_count_resending_a_body_is_answered_from_its_span(stack):
+    _, control = stack
+    session = control.open_session()
+    url = f"{session.openai_base_url}/chat/completions"
+    body = {"model": "policy", "messages": [{"role": "user", "content": "hello"}]}
+    headers = {"authorization": f"Bearer {session.api_key}"}
+    first = httpx.post(url, json=body, headers=headers, timeout=30)
+    again = httpx.post(url, json=dict(reversed(body.items())), headers=headers, timeout=30)  # same body, reordered
+    counted = httpx.post(url, json=body, headers={**headers, RETRY_COUNT_HEADER: "2"}, timeout=30)
+    assert first.json() == again.json() == counted.json()
+    [span] = control.spans(session.rollout_id)
+    assert len(span.retried_at) == 2
+    fresh = httpx.post(url, json=body, headers={**headers, RETRY_COUNT_HEADER: "0"}, timeout=30)
+    assert fresh.status_code == 200 and len(control.spans(session.rollout_id)) == 2
