@@ -14,6 +14,7 @@ import pytest
 
 from tests.replay.record_demos import anthropic_tool_loop
 from veri.cli import main
+from veri.core.records import SessionInfo
 from veri.proxy.app import create_app
 from veri.proxy.control_client import ControlClient
 from veri.proxy.settings import ProxySettings
@@ -34,7 +35,9 @@ def replaying_proxy(anthropic_recording, tiny_model, tmp_path):
 
 def test_record_then_replay_through_the_proxy(replaying_proxy, anthropic_recording, tmp_path, capsys):
     control = ControlClient(replaying_proxy)
-    recorded, unrecorded = control.open_session(record_requests=True), control.open_session()
+    capsys.readouterr()
+    assert main(["session", "open", "--proxy", replaying_proxy, "--record-requests"]) == 0
+    recorded, unrecorded = SessionInfo.model_validate_json(capsys.readouterr().out), control.open_session()
     anthropic_tool_loop(recorded)
     anthropic_tool_loop(unrecorded)
     assert control.recorded_requests(unrecorded.rollout_id) == []

@@ -65,6 +65,9 @@ def register_session(commands: argparse._SubParsersAction) -> None:
         action.add_argument("--token", default=os.environ.get(envs.VERI_CONTROL_TOKEN), help="control token")
         if name != "open":
             action.add_argument("rollout_id")
+        else:
+            action.add_argument("--record-requests", action="store_true",
+                                help="keep this session's requests as sent, for `veri replay record`")
         action.set_defaults(func=_session)
 
 
@@ -84,7 +87,7 @@ def _session(args: argparse.Namespace) -> int:
     client = ControlClient(args.proxy, token=args.token)
     try:
         if args.action == "open":
-            result = client.open_session().model_dump(mode="json")
+            result = client.open_session(record_requests=args.record_requests).model_dump(mode="json")
         elif args.action == "spans":
             result = [span.model_dump(mode="json") for span in client.spans(args.rollout_id)]
         else:
