@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import tempfile
 from collections.abc import AsyncIterator
@@ -76,6 +77,9 @@ def create_app(settings: ProxySettings) -> FastAPI:
         app.state.capture = CaptureService(settings, store, ChatRendering(settings), policy, metrics)
         log.info("proxy ready", policy=settings.replica_urls, replicas=len(replicas), store=str(store.path),
                  model=app.state.model_name)
+        # What startup built (transformers, the tokenizer, the renderer) lives as long as the worker: keep
+        # it out of every collection, or each full one walks it in the middle of a call (0.4 s seen at 8k).
+        gc.freeze()
         yield
         await policy.aclose()
         store.close()
