@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,14 @@ _DROPPED_HEADERS = {"authorization", "x-api-key", "host", "content-length", "con
                     "transfer-encoding", "cookie"}
 
 
+# Whether a session records is fixed when it opens, so each worker asks the store once per rollout.
+_KNOWN_SESSIONS = 65536
+
+
 class RequestRecorder:
     def __init__(self, app: Any) -> None:
         self.app = app
+        self._recording: OrderedDict[str, bool] = OrderedDict()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         match = _ROLLOUT_ROUTE.match(scope["path"]) if scope["type"] == "http" else None
@@ -48,9 +54,18 @@ class RequestRecorder:
 
         await self.app(scope, _replayed(body, receive, more=False), send_recording_status)
 
-    @staticmethod
-    def _records(capture: CaptureService, rollout_id: str) -> bool:
-        return capture.settings.record_requests or capture.store.records_requests(rollout_id)
+    def _records(self, capture: CaptureService, rollout_id: str) -> bool:
+        if capture.settings.record_requests:
+            return True
+        known = self._recording.get(rollout_id)
+        if known is None:
+            known = capture.store.records_requests(rollout_id)
+            if known is None:  # no such session: the route answers 404; it may be opened later
+                return False
+            self._recording[rollout_id] = known
+            if len(self._recording) > _KNOWN_SESSIONS:
+                self._recording.popitem(last=False)
+        return known
 
 
 def _request(scope: Any, path: str) -> dict[str, Any]:

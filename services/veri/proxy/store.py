@@ -376,10 +376,14 @@ class SpanStore:
         with self._lock:
             self._db.execute("INSERT OR IGNORE INTO recorded_sessions VALUES (?)", (rollout_id,))
 
-    def records_requests(self, rollout_id: str) -> bool:
+    def records_requests(self, rollout_id: str) -> bool | None:
+        """Whether the session keeps its requests; None when there is no such session (yet)."""
         with self._lock:
-            found = self._db.execute("SELECT 1 FROM recorded_sessions WHERE rollout_id = ?", (rollout_id,)).fetchone()
-        return found is not None
+            session, recorded = self._db.execute(
+                "SELECT EXISTS (SELECT 1 FROM sessions WHERE rollout_id = ?),"
+                " EXISTS (SELECT 1 FROM recorded_sessions WHERE rollout_id = ?)", (rollout_id, rollout_id),
+            ).fetchone()
+        return bool(recorded) if session else None
 
     def add_request(self, rollout_id: str, request: dict[str, Any], body: bytes) -> int:
         """Keep one request as it arrived; returns its seq (arrival order within the rollout)."""
