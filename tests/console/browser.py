@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,7 +57,10 @@ def screenshot(driver: webdriver.Chrome, name: str) -> Path:
 def wait_for(condition: Callable[[], Any], what: str, timeout_s: float = 15.0) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        value = condition()
+        try:
+            value = condition()
+        except StaleElementReferenceException:  # the page swapped the element out between find and read
+            value = None
         if value:
             return value
         time.sleep(0.1)

@@ -85,7 +85,7 @@ def test_token_view_marks_trained_masked_and_the_break(client: TestClient, state
     assert [t["position"] for t in view["tokens"] if t["starts_span"]] == [0, len(row.prompt_ids) + 6]
 
     page = client.get(ROLLOUT.format(step=0, task=0, rollout=0) + "/tokens").text
-    classes = re.findall(r'<span id="tok-\d+" class="([^"]+)"', page)
+    classes = re.findall(r'<span class="(t [^"]+)" data-id=', page)
     assert classes.count("t sampled trained") == sum(row.env_mask)
     assert classes.count("t environment") == len(row.env_mask) - sum(row.env_mask)
 
@@ -97,7 +97,8 @@ def test_token_view_marks_trained_masked_and_the_break(client: TestClient, state
     assert found["dropped_span"] == 0 and found["broken_by"] == 1 and found["in_row"]
     assert broken["tokens"][found["position"]]["breaks"].startswith("span 0 dropped from the row")
     assert found["expected"].endswith("' brie'") and found["actual"].endswith("' sh'")  # "brief" vs "short"
-    assert 'class="t prompt break"' in client.get(ROLLOUT.format(step=0, task=1, rollout=0) + "/tokens").text
+    broken_page = client.get(ROLLOUT.format(step=0, task=1, rollout=0) + "/tokens").text
+    assert 'class="t prompt break" data-id="420"' in broken_page
 
     no_row = client.get(ROLLOUT.format(step=0, task=2, rollout=1) + "/tokens").text  # no spans at all
     assert "No training row" in no_row and "no_spans" in no_row

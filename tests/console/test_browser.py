@@ -5,6 +5,7 @@ point of a broken trajectory, a download `veri debug` reads. Screenshots: build/
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,7 +98,9 @@ def test_token_view_marks_masked_tokens_and_the_break(live, browser):
     style = browser.execute_script  # masked tokens are struck through, trained ones are not
     assert "line-through" in style("return getComputedStyle(arguments[0]).textDecorationLine", environment[0])
     assert "line-through" not in style("return getComputedStyle(arguments[0]).textDecorationLine", trained[0])
-    assert "logprob" in trained[0].get_attribute("title")
+    title = trained[0].get_attribute("title")
+    assert re.fullmatch(r"#\d+ id \d+ logprob -?\d+\.\d{4} sampled, trained \(span 0\)", title), title
+    assert environment[0].get_attribute("title").endswith("environment, masked (span 1)")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#tokens .span-start")) == 2
     screenshot(browser, "tokens-trained")
 

@@ -12,6 +12,7 @@ from veri.console.downloads import record_line, records_jsonl
 from veri.console.logs import log_events, start_offset
 from veri.console.protocol import ArchivePage
 from veri.console.serving import ConsoleService, RolloutRef
+from veri.console.tokens import cells_html
 from veri.trainer.archive import RolloutQuery, job_status
 from veri.trainer.archive.status import JobStatus
 
@@ -70,7 +71,7 @@ def trajectory_page(request: Request, job: str, step: int, task: int, rollout: i
 def tokens_page(request: Request, job: str, step: int, task: int, rollout: int) -> HTMLResponse:
     ref = RolloutRef(job, step, task, rollout)
     row, view = service(request).tokens(ref)
-    return render(request, "tokens.html", ref=ref, row=row, view=view)
+    return render(request, "tokens.html", ref=ref, row=row, view=view, tokens_html=cells_html(view.cells))
 
 
 @router.get("/jobs/{job}/logs/stream")

@@ -79,9 +79,8 @@ class ConsoleService:
 
     def archive(self, job: str, page: ArchivePage) -> ArchiveResult:
         with self.index(job) as index:
-            rows = index.search(page.query, limit=page.per_page, offset=page.offset)
-            total = index.count(page.query)
-            steps = [step["step"] for step in index.list_steps() if step["rollouts"]]
+            rows, total = index.search_page(page.query, limit=page.per_page, offset=page.offset)
+            steps = index.steps_with_rollouts()
         return ArchiveResult(page, rows, total, steps, [s.value for s in RolloutStatus], [r.value for r in Rule])
 
     def same_task(self, job: str, task: int) -> list[dict[str, Any]]:

@@ -14,8 +14,11 @@ broke, marked in the row with why.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from html import escape
 from typing import Any
+
+from markupsafe import Markup
 
 from veri.console.decoder import TokenDecoder
 from veri.core.episodes import Rule
@@ -23,7 +26,7 @@ from veri.core.records import Span
 from veri.core.rollouts import RolloutRecord
 
 
-@dataclass
+@dataclass(slots=True)
 class TokenCell:
     position: int  # in prompt + completion
     id: int
@@ -69,7 +72,7 @@ class TokenView:
         return {
             "trainable": self.trainable, "why_masked": self.why_masked, "counts": self.counts,
             "breaks": [vars(item) for item in self.breaks], "notes": self.notes, "spans": self.spans,
-            "tokens": [vars(cell) for cell in self.cells],
+            "tokens": [asdict(cell) for cell in self.cells],
         }
 
 
@@ -154,3 +157,19 @@ def _token(token: int | None, decoder: TokenDecoder | None) -> str:
 
 def _notes(record: RolloutRecord) -> list[str]:
     return [f"{v.rule}: {v.message}" for v in record.verdicts if v.rule != Rule.HISTORY_REWRITTEN]
+
+
+def cells_html(cells: list[TokenCell]) -> Markup:
+    """The token strip as HTML, joined here instead of in a Jinja loop (a 16k-token row would cost several
+    times as much there). Each token carries its id and logprob as data attributes; console.js turns
+    them into hover titles, so the page stays small."""
+    parts = []
+    for cell in cells:
+        if cell.starts_span:
+            parts.append(f'<span class="span-start" id="span-{cell.span}">span {cell.span}</span>')
+        classes = f"t {cell.kind}{' trained' if cell.trained else ''}{' break' if cell.breaks else ''}"
+        logprob = f' data-lp="{cell.logprob:.4f}"' if cell.logprob is not None else ""
+        why = f' title="BREAK: {escape(cell.breaks)}"' if cell.breaks else ""
+        text = escape(cell.text) if cell.text is not None else f"{cell.id} "
+        parts.append(f'<span class="{classes}" data-id="{cell.id}"{logprob}{why}>{text}</span>')
+    return Markup("".join(parts))

@@ -192,4 +192,20 @@ function startFacets() {
   });
 }
 
-document.addEventListener("DOMContentLoaded", () => { startLogs(); startPlots(); startFacets(); });
+// --- the token view: hover titles from the data attributes the server sends -------------------------
+function startTokens() {
+  const strip = document.getElementById("tokens");
+  if (!strip) return;
+  let position = 0, span = null;
+  for (const node of strip.children) {
+    if (node.classList.contains("span-start")) { span = node.textContent; continue; }
+    const kind = node.classList.contains("prompt") ? "prompt"
+      : `${node.classList.contains("sampled") ? "sampled" : "environment"}, ${node.classList.contains("trained") ? "trained" : "masked"}`;
+    const logprob = node.dataset.lp !== undefined ? ` logprob ${node.dataset.lp}` : "";
+    const info = `#${position} id ${node.dataset.id}${logprob} ${kind}${span ? ` (${span})` : ""}`;
+    node.title = node.title ? `${info} | ${node.title}` : info;
+    position += 1;
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => { startLogs(); startPlots(); startFacets(); startTokens(); });
