@@ -1,7 +1,8 @@
 """What changed between a recording and its replay, in lines a person reads.
 
 Compared: each request's answer status; each span's fields except those that differ on every run
-(rollout id, times, replica, cached-token counts, the response's timestamps), with the replay's
+(rollout id, times, replica, cached-token counts, the response's timestamps; of `retried_at`, only
+how many), with the replay's
 made-up ids mapped back to the recorded ones; the episode (chain, training row, env_mask, verdicts);
 the reward. Token lists name their first differing position and the tokens around it.
 """
@@ -52,6 +53,7 @@ def _comparable(span: Span, rename: dict[str, str]) -> Any:
     value = orjson.loads(text)
     for stamp in RESPONSE_TIMES:
         value["response"].pop(stamp, None)
+    value["retried_at"] = len(value["retried_at"])  # the client's retries answered from the span, not when
     return value
 
 
