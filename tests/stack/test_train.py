@@ -22,11 +22,18 @@ TINY = REPO / "build" / "models" / "tiny"
 FREE_TASK = "https://nothing.test/"  # the expected_url of the task no scripted rule matches
 
 
-def test_make_train_tiny_moves_the_weights_and_writes_a_consistent_archive(stack):
+@pytest.fixture(scope="module")
+def trained(stack) -> tuple[str, subprocess.CompletedProcess]:
+    """One `make train` run, shared: its job folder is what the archive and console tests read."""
     name = f"ci-{os.getpid()}"
     done = subprocess.run(["make", "--no-print-directory", "train", f"CONFIG={JOB}", f"NAME={name}"],
                           cwd=REPO, env=stack.env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, f"{done.stdout[-5000:]}\n{done.stderr[-5000:]}"
+    return name, done
+
+
+def test_make_train_tiny_moves_the_weights_and_writes_a_consistent_archive(stack, trained):
+    name, done = trained
     job = stack.state / "jobs" / name
     assert f"archive in {job}" in done.stdout
 
@@ -61,3 +68,40 @@ def test_make_train_tiny_moves_the_weights_and_writes_a_consistent_archive(stack
     moved = [name for name, tensor in initial.items() if not torch.equal(tensor, final[name])]
     assert moved, "two GRPO steps with non-zero advantages left every weight as it was"
     assert list((job / "tensorboard").iterdir())
+
+
+def test_the_console_service_shows_the_trained_job_in_a_browser(stack, trained, tmp_path):
+    """The compose `console` service (state mounted read-only) over the job make train just wrote."""
+    from selenium.webdriver.common.by import By
+
+    from tests.console.browser import chromium, missing_browser, screenshot, wait_for
+    from veri.harness.debug import explain, read_records
+
+    assert not missing_browser(), missing_browser()
+    name, done = trained
+    console = f"http://127.0.0.1:{stack.env['VERI_CONSOLE_PORT']}"
+    assert f"make train: job {name} on the console: {console}/jobs/{name}" in done.stdout
+    with chromium(tmp_path) as browser:
+        browser.get(console + "/")
+        row = browser.find_element(By.CSS_SELECTOR, f'tr[data-job="{name}"]')
+        assert "finished" in row.text and "2 of 2" in row.text, row.text
+        screenshot(browser, "stack-jobs")
+
+        browser.get(f"{console}/jobs/{name}")
+        wait_for(lambda: "done: final model in" in browser.find_element(By.ID, "logs").text, "the job's log")
+        wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#plot-reward svg polyline"), "the reward plot")
+        assert browser.find_element(By.ID, "archive-total").text == "8"
+        screenshot(browser, "stack-job")
+
+        link = "#rollouts tr.rollout-row td:nth-child(3) a"
+        first = browser.find_element(By.CSS_SELECTOR, link).get_attribute("href")
+        browser.get(first + "/tokens")
+        assert browser.find_elements(By.CSS_SELECTOR, "#tokens .t.sampled.trained")
+        assert browser.find_element(By.ID, "row-trained").text == "trained"
+        screenshot(browser, "stack-tokens")
+
+        browser.get(first)
+        browser.find_element(By.ID, "download-rollout").click()
+        path = wait_for(lambda: next(iter(tmp_path.glob("*.jsonl")), None), "the download")
+        (record,) = read_records(path)
+        assert "result: TRAINED" in explain(record)
