@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.claude_code import claude_binary
+from tests.codex import codex_binary
 from tests.proxy.conftest import proxy_args
 from tests.servers import RunningServer, start_server
 from veri.core.harness import load_manifest, rollout_env
@@ -124,12 +125,15 @@ def run_bundle(name: str, *, proxy: RunningServer, session: SessionInfo, row: di
         model="policy", task=row, task_index=row["page"], rollout_index=0, max_turns=max_turns,
         output_dir=str(output_dir),
     )
-    # What the image itself provides: `python` (veri/base's venv; here the test venv), `claude`, a HOME.
+    # What the image itself provides: `python` (veri/base's venv; here the test venv), `claude` or
+    # `codex` (in /usr/local/bin there), a HOME.
     path = [str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]
-    if manifest.base_image == "veri/base-claude-agent":  # the image links /usr/local/bin/claude
+    cli = {"veri/base-claude-agent": ("claude", claude_binary), "veri/base-codex-agent": ("codex", codex_binary)}
+    if manifest.base_image in cli:
+        program, binary = cli[manifest.base_image]
         image_bin = tmp_path / "bin"
         image_bin.mkdir()
-        (image_bin / "claude").symlink_to(claude_binary())
+        (image_bin / program).symlink_to(binary())
         path.insert(1, str(image_bin))
     env.update(PATH=os.pathsep.join(path), HOME=str(home))
     process = subprocess.Popen(manifest.entrypoint, cwd=bundle, env=env, stdout=subprocess.PIPE,

@@ -1,0 +1,93 @@
+"""The Codex bundle (harness-bundles/url_extract_codex) end to end without docker: `codex exec` runs
+unmodified as the bundle's entrypoint starts it, with the exact rollout environment, against a real
+webfixture, capture proxy (Responses route) and scripted policy."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.demo.conftest import BUNDLES, answer_rule, fetch_rule, run_bundle, tool_call
+from tests.demo.test_bundles import load_agent
+from tests.proxy.conftest import assert_bridged_chain, proxy_args
+from tests.servers import RunningServer, start_server
+from veri.core.harness import load_manifest
+from veri.core.records import SessionInfo
+from veri.proxy.control_client import ControlClient
+from veri.webfixture.pages import task
+
+CODEX_PAGE = 9  # the task the Codex-bundle tests run
+
+
+@pytest.fixture(scope="module")
+def codex_task(webfixture: RunningServer) -> dict:
+    return task(CODEX_PAGE, base=webfixture.url)
+
+
+@pytest.fixture(scope="module")
+def codex_proxy(tiny_model: Path, codex_task: dict, tmp_path_factory) -> Iterator[RunningServer]:
+    rules = [answer_rule(codex_task),
+             fetch_rule(codex_task, tool_call("exec_command", {"cmd": f"curl -s {codex_task['url']}"}))]
+    folder = tmp_path_factory.mktemp("codex-demo")
+    (folder / "script.json").write_text(json.dumps(rules))
+    policy_args = ["serve", "policy", "--model", str(tiny_model), "--scripted-replies", str(folder / "script.json")]
+    with start_server(policy_args) as policy:
+        args = proxy_args(policy.url, tiny_model, folder / "spans")
+        args[args.index("--max-tokens") + 1] = "256"  # room for a forced tool call with a URL in it
+        with start_server(args) as proxy:
+            yield proxy
+
+
+@pytest.fixture
+def control(codex_proxy: RunningServer) -> ControlClient:
+    return ControlClient(codex_proxy.url)
+
+
+@pytest.fixture
+def session(control: ControlClient) -> SessionInfo:
+    return control.open_session()
+
+
+def test_manifest_and_answer_parsing():
+    manifest = load_manifest(BUNDLES / "url_extract_codex")
+    assert (manifest.name, manifest.base_image, manifest.protocol, manifest.entrypoint) == (
+        "url_extract_codex", "veri/base-codex-agent", "openai", ["python", "agent.py"])
+    agent = load_agent("url_extract_codex")
+    assert agent.parse_answer("The link is below.\nANSWER: <https://a.test/x?plan=team>.") == "https://a.test/x?plan=team"
+    assert agent.parse_answer("no answer") is None
+    config = agent.codex_config("http://proxy:8000/r/r-1/v1", 'odd "model"')
+    assert 'base_url = "http://proxy:8000/r/r-1/v1"' in config and 'model = "odd \\"model\\""' in config
+    assert 'wire_api = "responses"' in config and 'web_search = "disabled"' in config
+
+
+@pytest.mark.slow
+def test_codex_bundle_extracts_the_url(codex_proxy, session, control, codex_task, tmp_path):
+    run = run_bundle("url_extract_codex", proxy=codex_proxy, session=session, row=codex_task, tmp_path=tmp_path)
+    assert run.returncode == 0, run.explain()
+    assert run.answer() == codex_task["expected_url"]
+    assert f"ANSWER: {codex_task['expected_url']}" in run.stdout
+    events = [json.loads(line) for line in (run.output_dir / "codex-events.jsonl").read_text().splitlines()]
+    assert events[-1]["type"] == "turn.completed"
+
+    first, second = control.spans(session.rollout_id)
+    [call] = first.reply_message["tool_calls"]
+    assert call["function"]["name"] == "exec_command"
+    assert json.loads(call["function"]["arguments"]) == {"cmd": f"curl -s {codex_task['url']}"}
+    [page] = [m["content"] for m in second.messages if m["role"] == "tool"]
+    assert f'href="{codex_task["expected_url"]}"' in page
+    assert second.response["status"] == "completed" and second.response["output"][-1]["type"] == "message"
+    assert_bridged_chain([first, second])
+    # The base URL the bundle gave Codex is the rollout's Responses route.
+    assert first.path == "/v1/responses" and first.request["model"] == "policy"
+
+
+@pytest.mark.slow
+def test_codex_bundle_fails_on_model_api_errors(codex_proxy, session, codex_task, tmp_path):
+    run = run_bundle("url_extract_codex", proxy=codex_proxy, session=session, row=codex_task, tmp_path=tmp_path,
+                     rollout_id="r-unknown", timeout_s=180)
+    assert run.returncode == 1, run.explain()
+    assert "codex exec exited" in run.stderr and "unknown rollout" in run.stderr, run.explain()
+    assert not (run.output_dir / "answer.txt").exists()
