@@ -43,6 +43,11 @@ def register(commands: argparse._SubParsersAction) -> None:
                        help=f"the launcher service (default ${envs.VERI_LAUNCHER_URL} or {DEFAULT_LAUNCHER_URL})")
     train.add_argument("--base-dir", type=Path, default=None,
                        help="where the config's relative paths start (default: the current directory)")
+    train.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                       help="serve the job's Prometheus metrics (GET /metrics) on this port while it runs"
+                            " (default: off)")
+    train.add_argument("--metrics-host", default="127.0.0.1",
+                       help="address for --metrics-port (0.0.0.0 to be scraped from another container)")
     train.set_defaults(func=_train)
 
     validate = commands.add_parser("validate", help="check a job config: every problem at once, each with its fix")
@@ -95,6 +100,7 @@ def _run_train(args: argparse.Namespace) -> int:
         output_root=args.output,
         job_name=args.name or args.config.stem, sandbox=args.sandbox, image=args.image,
         launcher_url=args.launcher_url, control_token=args.control_token, resume=args.resume,
+        metrics_port=args.metrics_port, metrics_host=args.metrics_host,
     )
     try:
         # Before anything imports them: the libraries' noise goes to the job's log, not the console.

@@ -29,6 +29,7 @@ from veri.trainer.grpo.rewards import trl_reward_funcs
 from veri.trainer.grpo.rollout_func import HarnessRollouts
 from veri.trainer.grpo.rows import MaskedRow
 from veri.trainer.grpo.setup import build_trainer, grpo_config_kwargs, seat_weight_sync
+from veri.trainer.metrics import TrainerMetrics, observed, serve_trainer_metrics
 from veri.trainer.rewards import RewardScorer, load_reward_functions
 from veri.trainer.rollouts.collect import GroupCollector, LaunchSettings
 from veri.trainer.rollouts.runner import BackendRunner, RolloutRunner, launcher_runner, sandbox_backend
@@ -54,10 +55,17 @@ class TrainOptions:
     resume: bool = False
     # vLLM filesystem sync: a server that has not loaded the weights by then fails the step.
     weight_sync_timeout_s: float = 600.0
+    metrics_port: int | None = None  # `GET /metrics` for Prometheus while the job runs (None: off)
+    metrics_host: str = "127.0.0.1"
 
 
 def run_job(config: JobConfig, options: TrainOptions) -> Path:
-    """Train; returns the final model folder."""
+    """Train; returns the final model folder. The job's metrics are served meanwhile when asked."""
+    with serve_trainer_metrics(options.metrics_host, options.metrics_port) as metrics:
+        return _run_job(config, options, metrics)
+
+
+def _run_job(config: JobConfig, options: TrainOptions, metrics: TrainerMetrics | None) -> Path:
     if config.backend == Backend.VLLM and (problems := gpu_stack_problems()):
         raise JobError("the vLLM backend needs the GPU stack's versions:\n  " + "\n  ".join(problems))
     plan = _plan(config) if config.backend == Backend.VLLM else None
@@ -71,14 +79,15 @@ def run_job(config: JobConfig, options: TrainOptions) -> Path:
         if plan is not None:
             archive.log("GPU plan: " + plan.describe())
         archive.start_job(model=str(config.model), max_steps=config.max_steps, config=config.model_dump(mode="json"))
-        trainer = _train(config, options, settings, archive, folders, checkpoint, plan)
+        trainer = _train(config, options, settings, archive, folders, checkpoint, plan, metrics)
         final = _save_final(trainer, folders.model)
         archive.log(f"done: final model in {final}")
         return final
 
 
 def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, archive: JobArchive,
-           folders: ArchiveLayout, checkpoint: Path | None, plan: GpuLayout | None) -> Any:
+           folders: ArchiveLayout, checkpoint: Path | None, plan: GpuLayout | None,
+           metrics: TrainerMetrics | None) -> Any:
     from transformers import AutoTokenizer
 
     tasks = read_dataset(config.dataset)
@@ -88,7 +97,8 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
         tokenizer.pad_token = tokenizer.eos_token
     control = ControlClient(options.proxy_url, token=options.control_token)
     bars = TrainingBars()
-    progress, versions = StepProgress(archive, display=bars), PolicyVersions()
+    watched_archive, display = observed(archive, bars, metrics)
+    progress, versions = StepProgress(watched_archive, display=display), PolicyVersions()
     collector = GroupCollector(
         control, _runner(options, folders), settings,
         max_response_length=config.max_response_length, decoder=tokenizer,
