@@ -190,3 +190,10 @@ def test_cli_twins(state: Path, tmp_path: Path, capsys):
     assert "no rollouts in step 9 (steps: 0, 1)" in capsys.readouterr().err
     assert main(["job", "show", "nope", "--jobs", jobs]) == 2
     assert "no job 'nope' (jobs: demo" in capsys.readouterr().err
+
+
+def test_prometheus_metrics(client: TestClient):
+    client.get("/jobs/demo")
+    text = client.get("/metrics").text
+    assert 'veri_console_jobs{status="finished"} 1.0' in text and 'veri_console_jobs{status="running"} 0.0' in text
+    assert 'veri_console_requests_total{route="/jobs/{job}",status="200"}' in text  # templates, not paths

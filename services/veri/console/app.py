@@ -11,14 +11,17 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from prometheus_client import CollectorRegistry, Gauge
 from starlette.exceptions import HTTPException
 
 from veri.console import api_router, pages
 from veri.console.errors import NotFound
+from veri.console.jobs import UNKNOWN
 from veri.console.protocol import BadQuery
 from veri.console.serving import ConsoleService
 from veri.console.settings import ConsoleSettings
-from veri.trainer.archive import IndexOutdated
+from veri.core.metrics import METRICS_PATH, RouteMetrics, metrics_payload
+from veri.trainer.archive import IndexOutdated, JobStatus
 
 HERE = Path(__file__).parent
 ROUTES_HELP = ["/ (the jobs)", "/jobs/<job>", "/jobs/<job>/tasks/<task>",
@@ -36,6 +39,19 @@ def create_app(settings: ConsoleSettings) -> FastAPI:
     @app.get("/health")
     def health() -> dict[str, str]:
         return {"status": "ok"}
+
+    registry = CollectorRegistry()
+    app.add_middleware(RouteMetrics("veri_console", registry).middleware)
+    jobs = Gauge("veri_console_jobs", "job folders under <state>/jobs, by status", ["status"], registry=registry)
+
+    @app.get(METRICS_PATH)
+    def metrics() -> Response:
+        """Prometheus: the console's own requests per route, and the jobs by status (read at each scrape)."""
+        found = [job.status for job in app.state.console.jobs()]
+        for status in [*JobStatus, UNKNOWN]:
+            jobs.labels(str(status)).set(found.count(str(status)))
+        body, content_type = metrics_payload(registry)
+        return Response(body, media_type=content_type)
 
     @app.exception_handler(NotFound)
     def not_found(request: Request, error: NotFound) -> Response:
