@@ -33,7 +33,8 @@ FIELD_FIXES = {
     "name": 'a lowercase name for the image, e.g. name = "my_harness" (letters, digits, _ . -)',
     "entrypoint": 'the command run from /harness for each rollout, e.g. entrypoint = ["python", "agent.py"]',
     "base_image": 'an image on this machine: "veri/base" (Python + openai/anthropic SDKs), '
-                  '"veri/base-claude-agent" (+ Claude Code), or your own (make base-image)',
+                  '"veri/base-claude-agent" (+ Claude Code), "veri/base-codex-agent" (+ the Codex CLI), '
+                  'or your own (make base-image)',
     "protocol": 'the SDK the harness speaks: "openai" or "anthropic"',
     "deps": "a [deps] table with `requirements` (a pip requirements file in the bundle) and/or "
             '`npm` (a list like ["left-pad@1.3.0"])',

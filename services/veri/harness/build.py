@@ -298,7 +298,7 @@ def build_bundle_image(bundle: Path, client: Any, *, prefix: str = "veri", vendo
     except docker.errors.ImageNotFound:
         raise BuildError(
             f"base_image = {manifest.base_image!r} is not an image on this machine\n"
-            "    fix: `make images` builds veri/base and veri/base-claude-agent; your own base: "
+            "    fix: `make images` builds veri/base, veri/base-claude-agent and veri/base-codex-agent; your own base: "
             "`make base-image NAME=... DOCKERFILE=...` or `docker load` it"
         ) from None
     entries = bundle_entries(bundle)
