@@ -4,7 +4,8 @@ Compared: each request's answer status; each span's fields except those that dif
 (rollout id, times, replica, cached-token counts, the response's timestamps; of `retried_at`, only
 how many), with the replay's
 made-up ids mapped back to the recorded ones; the episode (chain, training row, env_mask, verdicts);
-the reward. Token lists name their first differing position and the tokens around it.
+the reward. Lists of numbers (ids, masks, logprobs) name their first differing position, token ids
+with their text and the text before.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from veri.replay.runner import Replay
 
 VARIES_PER_RUN = {"rollout_id", "started_at", "duration_s", "replica", "cached_prompt_tokens"}
 RESPONSE_TIMES = ("created", "created_at", "completed_at")  # chat's, the Responses API's
-TOKEN_FIELDS = {"prompt_token_ids", "completion_token_ids", "prompt_ids", "completion_ids", "env_mask"}
+TOKEN_IDS = {"prompt_token_ids", "completion_token_ids", "prompt_ids", "completion_ids"}  # decoded when shown
 MAX_PER_FIELD = 3
 MAX_VALUE_CHARS = 160
 
@@ -67,8 +68,8 @@ def _walk(where: str, recorded: Any, replayed: Any, decoder: Decoder | None, fou
     if recorded == replayed:
         return
     field = where.rsplit(".", 1)[-1]
-    if field in TOKEN_FIELDS and isinstance(recorded, list) and isinstance(replayed, list):
-        found.append(f"{where}: {_tokens(recorded, replayed, decoder if field != 'env_mask' else None)}")
+    if _numbers(recorded) and _numbers(replayed):  # token ids, masks, logprobs: where they part
+        found.append(f"{where}: {_tokens(recorded, replayed, decoder if field in TOKEN_IDS else None)}")
         return
     if isinstance(recorded, dict) and isinstance(replayed, dict):
         for key in list(recorded) + [key for key in replayed if key not in recorded]:
@@ -90,7 +91,12 @@ def _walk(where: str, recorded: Any, replayed: Any, decoder: Decoder | None, fou
     found.append(f"{where}: recorded {_short(recorded)}, replayed {_short(replayed)}")
 
 
-def _tokens(recorded: list[int], replayed: list[int], decoder: Decoder | None) -> str:
+def _numbers(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(item, int | float) and not isinstance(item, bool) for item in value)
+
+
+def _tokens(recorded: list, replayed: list, decoder: Decoder | None) -> str:
     limit = min(len(recorded), len(replayed))
     position = next((i for i in range(limit) if recorded[i] != replayed[i]), limit)
     text = f"first difference at position {position} (recorded {len(recorded)} tokens, replayed {len(replayed)})"
