@@ -82,6 +82,19 @@ def test_an_openai_retry_after_its_timeout_is_answered_from_the_first_try(stack)
     assert span.client_retry_count == 0  # the first try, which was sampled
 
 
+def test_a_legacy_completions_retry_is_answered_from_the_first_try(stack):
+    policy, control = stack
+    session = control.open_session()
+    tries = Tries()
+    before = policy.calls()
+    policy.next_reply(delay_s=SLOW_S, times=1)
+    reply = openai_client(session, tries).completions.create(model="policy", prompt="Once upon a time")
+    assert tries.count >= 2
+    [span] = control.spans(session.rollout_id)
+    assert policy.calls() - before == 1 and len(span.retried_at) == tries.count - 1
+    assert reply.id == span.response["id"] and span.client_retry_count == 0
+
+
 def test_an_anthropic_streamed_retry_after_its_timeout_replays_the_recorded_response(stack):
     policy, control = stack
     session = control.open_session()

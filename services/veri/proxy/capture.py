@@ -92,6 +92,18 @@ class Sample:
         return message
 
 
+@dataclass
+class RawSample:
+    """One legacy completions call (the client's own prompt ids), sampled, not yet recorded."""
+
+    prompt_ids: list[int]
+    completion: PolicyCompletion
+    sampling: dict[str, Any]
+    started_at: float
+    identity: RequestIdentity | None
+    request_id: int | None
+
+
 class CaptureService:
     def __init__(self, settings: ProxySettings, store: SpanStore, rendering: ChatRendering, policy: PolicyReplicas,
                  metrics: ProxyMetrics):
@@ -208,18 +220,25 @@ class CaptureService:
 
     async def complete_raw(
         self, session: SessionRow, prompt_ids: list[int], client_max_tokens: int | None,
-        *, path: str, raw_request: dict[str, Any],
-    ) -> tuple[PolicyCompletion, dict[str, Any], float]:
+        *, identity: RequestIdentity | None = None,
+    ) -> RawSample:
         """Legacy completions: the client's prompt ids go to the policy as they are."""
         started_at = time.time()
         sampling = self.sampling_for(client_max_tokens)
-        completion = await self._complete(session, prompt_ids, sampling)
-        return completion, {**sampling, "stop_token_ids": self.rendering.stop_token_ids}, started_at
+        request_id = self.store.begin_request(session.rollout_id, identity.key) if identity else None
+        try:
+            completion = await self._complete(session, prompt_ids, sampling)
+        except BaseException:
+            if request_id is not None:
+                self.store.drop_request(request_id)  # no span: a retry of this request samples afresh
+            raise
+        return RawSample(prompt_ids, completion, {**sampling, "stop_token_ids": self.rendering.stop_token_ids},
+                         started_at, identity, request_id)
 
     def record_raw(
-        self, session: SessionRow, prompt_ids: list[int], completion: PolicyCompletion, sampling: dict[str, Any],
-        started_at: float, *, path: str, raw_request: dict[str, Any], response: dict[str, Any],
+        self, session: SessionRow, raw: RawSample, *, path: str, raw_request: dict[str, Any], response: dict[str, Any],
     ) -> Span:
+        prompt_ids, completion, sampling, started_at = raw.prompt_ids, raw.completion, raw.sampling, raw.started_at
         span = Span(
             rollout_id=session.rollout_id, request_index=-1, path=path, protocol=Protocol.OPENAI_COMPLETIONS,
             request=raw_request, response=response, prompt_token_ids=prompt_ids,
@@ -231,8 +250,10 @@ class CaptureService:
             token_fidelity=TokenFidelity.CAPTURED, sampling=sampling, started_at=started_at,
             duration_s=time.time() - started_at,
             reply_message={"role": "assistant", "content": self.rendering.decode(completion.token_ids)},
+            client_retry_count=raw.identity.client_retry_count if raw.identity else None,
         )
-        stored = self.store.add_span(span, prefix_hash=f"raw-{uuid.uuid4().hex}", n_messages=0)
+        stored = self.store.add_span(span, prefix_hash=f"raw-{uuid.uuid4().hex}", n_messages=0,
+                                     answers=raw.request_id)
         self.metrics.span_recorded(stored)
         return stored
 

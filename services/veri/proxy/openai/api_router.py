@@ -50,16 +50,14 @@ async def completions(rollout_id: str, request: Request):
         response = answered.response
     else:
         prompt_ids = _prompt_ids(capture, parsed.prompt)
-        completion, sampling, started_at = await capture.complete_raw(
-            call.session, prompt_ids, parsed.max_tokens, path="/v1/completions", raw_request=call.body
-        )
+        raw = await capture.complete_raw(call.session, prompt_ids, parsed.max_tokens, identity=call.identity)
+        completion = raw.completion
         text = capture.rendering.decode(completion.token_ids)
         response = serving.completion_response(
             text, client_finish_reason(completion.finish_reason), len(prompt_ids), len(completion.token_ids),
             served_model(request),
         )
-        capture.record_raw(call.session, prompt_ids, completion, sampling, started_at,
-                           path="/v1/completions", raw_request=call.body, response=response)
+        capture.record_raw(call.session, raw, path="/v1/completions", raw_request=call.body, response=response)
     if parsed.stream:
         include_usage = bool((parsed.stream_options or {}).get("include_usage"))
         return StreamingResponse(serving.completion_stream(response, include_usage), media_type="text/event-stream")
