@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -82,7 +83,7 @@ def create_app(settings: ConsoleSettings) -> FastAPI:
 
 
 def _error(request: Request, status: int, message: str, exists: list[str], hint: str,
-           headers: dict[str, str] | None = None) -> Response:
+           headers: Mapping[str, str] | None = None) -> Response:
     if request.url.path.startswith("/api/"):
         return JSONResponse({"error": message, "exists": exists, "hint": hint}, status_code=status, headers=headers)
     page = request.app.state.templates.get_template("error.html").render(

@@ -138,8 +138,8 @@ def _breaks(record: RolloutRecord, cells: list[TokenCell], decoder: TokenDecoder
             continue
         details = verdict.details
         position = details.get("position")
-        in_row = position is not None and position < len(cells)
-        if in_row:
+        in_row = isinstance(position, int) and position < len(cells)
+        if isinstance(position, int) and in_row:
             cells[position].breaks = verdict.message
         found.append(PrefixBreak(
             dropped_span=verdict.span, broken_by=details.get("broken_by", -1), position=position, in_row=in_row,

@@ -55,7 +55,7 @@ def job_status(layout: ArchiveLayout, info: dict[str, Any] | None = None) -> Job
     """The job's status now (None: no job.json). "running" only while a trainer holds the writer lock."""
     info = read_job_file(layout) if info is None else info
     try:
-        status = JobStatus(info.get("status"))
+        status = JobStatus(str(info.get("status")))
     except ValueError:
         return None
     if status == JobStatus.RUNNING and not writer_alive(layout):
