@@ -60,7 +60,8 @@ def test_cli_reports_an_invalid_manifest_without_docker(tmp_path):
     assert result.returncode == 2 and "base:" in result.stderr and "fix: remove it" in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("name", ["url_extract_openai", "url_extract_claude", "url_extract_inline"])
+@pytest.mark.parametrize("name", [
+    "url_extract_openai", "url_extract_claude", "url_extract_codex", "url_extract_inline"])
 def test_demo_bundles_are_valid(name):
     # A moved or renamed bundle fails here: load_manifest raises on a missing folder.
     assert load_manifest(ROOT / "harness-bundles" / name).name == name

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PREFIX = os.environ.get("IMAGE_PREFIX", "veri")
 BASE = f"{PREFIX}/base"
 CLAUDE_AGENT = f"{PREFIX}/base-claude-agent"
+CODEX_AGENT = f"{PREFIX}/base-codex-agent"
 RUNTIME = f"{PREFIX}/runtime"
 LABEL = "org.veri.test"
 
@@ -32,11 +33,15 @@ def unavailable(why: str) -> None:
     pytest.skip(f"sandbox unavailable: {why}")
 
 
-def claude_code_version() -> str:
-    """The pinned Claude Code version, from the Makefile (its one home)."""
-    match = re.search(r"^CLAUDE_CODE_VERSION\s*:?=\s*(\S+)", (ROOT / "Makefile").read_text(), re.M)
-    assert match, "CLAUDE_CODE_VERSION not found in the Makefile"
+def makefile_version(name: str) -> str:
+    """A pinned version, from the Makefile (its one home)."""
+    match = re.search(rf"^{name}\s*:?=\s*(\S+)", (ROOT / "Makefile").read_text(), re.M)
+    assert match, f"{name} not found in the Makefile"
     return match.group(1)
+
+
+def claude_code_version() -> str:
+    return makefile_version("CLAUDE_CODE_VERSION")
 
 
 @pytest.fixture(scope="session")
@@ -48,7 +53,7 @@ def docker_client() -> Iterator[docker.DockerClient]:
         unavailable(f"no Docker daemon ({exc}); run `make docker`")
     if "runsc" not in client.info().get("Runtimes", {}):
         unavailable("dockerd has no runsc runtime; run `make docker`")
-    for image in (BASE, CLAUDE_AGENT, RUNTIME):
+    for image in (BASE, CLAUDE_AGENT, CODEX_AGENT, RUNTIME):
         try:
             client.images.get(image)
         except docker.errors.ImageNotFound:

@@ -11,7 +11,17 @@ import uuid
 
 import pytest
 
-from tests.sandbox.conftest import BASE, CLAUDE_AGENT, LABEL, ROOT, RUNTIME, claude_code_version, docker
+from tests.sandbox.conftest import (
+    BASE,
+    CLAUDE_AGENT,
+    CODEX_AGENT,
+    LABEL,
+    ROOT,
+    RUNTIME,
+    claude_code_version,
+    docker,
+    makefile_version,
+)
 
 
 def py(code: str) -> list[str]:
@@ -68,6 +78,19 @@ def test_claude_code_pinned_in_claude_agent_image(run_sandboxed):
     """))
     assert result.exit_code == 0, result.output
     assert result.output.split() == ["True", "1", "1", "True"], result.output
+
+
+def test_codex_cli_pinned_in_codex_agent_image(run_sandboxed):
+    """The native binary runs under gVisor as the harness user, with the launcher's read-only root
+    and tmpfs HOME (where Codex keeps its state), and the ripgrep it searches with."""
+    result = run_sandboxed(
+        CODEX_AGENT, ["sh", "-ec", 'codex --version; rg --version | head -1; touch "$HOME/x"; echo "$HOME"'],
+        read_only=True, tmpfs={"/tmp": "", "/home/harness": "uid=1000,gid=1000"},
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0] == f"codex-cli {makefile_version('CODEX_VERSION')}", result.output
+    assert lines[1].startswith("ripgrep ") and lines[2] == "/home/harness", result.output
 
 
 def test_ulimit_nproc_stops_a_fork_bomb_gracefully(docker_client, run_sandboxed):

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from tests.sandbox.conftest import BASE, CLAUDE_AGENT, ROOT, RUNTIME
+from tests.sandbox.conftest import BASE, CLAUDE_AGENT, CODEX_AGENT, ROOT, RUNTIME
 
 SERVE = ROOT / "scripts/docker/serve-vendor.py"
 
@@ -51,7 +51,7 @@ def test_refuses_a_missing_folder(tmp_path):
     assert result.returncode == 2 and "NAME=DIR" in result.stderr
 
 
-@pytest.mark.parametrize("image", [BASE, CLAUDE_AGENT, RUNTIME])
+@pytest.mark.parametrize("image", [BASE, CLAUDE_AGENT, CODEX_AGENT, RUNTIME])
 def test_images_hold_no_copy_of_the_vendored_files(docker_client, image):
     history = docker_client.images.get(image).history()
     copies = [layer["CreatedBy"] for layer in history
