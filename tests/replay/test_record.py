@@ -12,38 +12,31 @@ import json
 
 import pytest
 
+from tests.replay.conftest import replaying_proxy
 from tests.replay.record_demos import anthropic_tool_loop
 from veri.cli import main
 from veri.core.records import SessionInfo
-from veri.proxy.app import create_app
 from veri.proxy.control_client import ControlClient
-from veri.proxy.settings import ProxySettings
-from veri.replay import policy
 from veri.replay.recording import Recording
-from veri.replay.runner import serve_in_thread
 
 
 @pytest.fixture
-def replaying_proxy(anthropic_recording, tiny_model, tmp_path):
-    capture = anthropic_recording.capture
-    with serve_in_thread(policy.create_app(anthropic_recording), "replay policy") as policy_url:
-        settings = ProxySettings(policy_url=policy_url, model_dir=tiny_model, store_dir=tmp_path / "spans",
-                                 renderer=capture.renderer, max_tokens=capture.max_tokens)
-        with serve_in_thread(create_app(settings), "proxy") as proxy_url:
-            yield proxy_url
+def proxy_url(anthropic_recording, tiny_model, tmp_path):
+    with replaying_proxy(anthropic_recording, tiny_model, tmp_path / "spans") as url:
+        yield url
 
 
-def test_record_then_replay_through_the_proxy(replaying_proxy, anthropic_recording, tmp_path, capsys):
-    control = ControlClient(replaying_proxy)
+def test_record_then_replay_through_the_proxy(proxy_url, anthropic_recording, tmp_path, capsys):
+    control = ControlClient(proxy_url)
     capsys.readouterr()
-    assert main(["session", "open", "--proxy", replaying_proxy, "--record-requests"]) == 0
+    assert main(["session", "open", "--proxy", proxy_url, "--record-requests"]) == 0
     recorded, unrecorded = SessionInfo.model_validate_json(capsys.readouterr().out), control.open_session()
     anthropic_tool_loop(recorded)
     anthropic_tool_loop(unrecorded)
     assert control.recorded_requests(unrecorded.rollout_id) == []
 
     out = tmp_path / "weather.jsonl"
-    assert main(["replay", "record", "--proxy", replaying_proxy, "--rollout", recorded.rollout_id,
+    assert main(["replay", "record", "--proxy", proxy_url, "--rollout", recorded.rollout_id,
                  "--out", str(out)]) == 0
     recording = Recording.load(out)
     assert [(r.method, r.path, r.status) for r in recording.requests] == [
@@ -58,10 +51,10 @@ def test_record_then_replay_through_the_proxy(replaying_proxy, anthropic_recordi
     assert recording.episode == anthropic_recording.episode
 
     capsys.readouterr()
-    assert main(["replay", "run", str(out), "--proxy", replaying_proxy]) == 0
+    assert main(["replay", "run", str(out), "--proxy", proxy_url]) == 0
     assert "4 requests, 3 spans: identical to the recording" in capsys.readouterr().out
 
-    assert main(["replay", "record", "--proxy", replaying_proxy, "--rollout", unrecorded.rollout_id,
+    assert main(["replay", "record", "--proxy", proxy_url, "--rollout", unrecorded.rollout_id,
                  "--out", str(tmp_path / "none.jsonl")]) == 1
     assert "open its session with record_requests" in capsys.readouterr().err
 

@@ -55,13 +55,12 @@ class RequestRecorder:
         await self.app(scope, _replayed(body, receive, more=False), send_recording_status)
 
     def _records(self, capture: CaptureService, rollout_id: str) -> bool:
-        if capture.settings.record_requests:
-            return True
         known = self._recording.get(rollout_id)
         if known is None:
-            known = capture.store.records_requests(rollout_id)
-            if known is None:  # no such session: the route answers 404; it may be opened later
+            found = capture.store.records_requests(rollout_id)
+            if found is None:  # no such session: the route answers 404; it may be opened later
                 return False
+            known = found or capture.settings.record_requests
             self._recording[rollout_id] = known
             if len(self._recording) > _KNOWN_SESSIONS:
                 self._recording.popitem(last=False)
