@@ -5,6 +5,7 @@ second branch, no history_rewritten) and the span records it."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,9 +16,10 @@ import openai
 import pytest
 
 from tests.proxy.conftest import proxy_args, standin
+from tests.proxy.test_app import open_session, policy_standin, proxy_client, settings_for
 from tests.servers import start_server
 from veri.core.episodes import Rule, build_episode
-from veri.core.records import SessionInfo
+from veri.core.records import SessionInfo, Span
 from veri.proxy.control_client import ControlClient
 from veri.proxy.history import RETRY_COUNT_HEADER
 
@@ -188,3 +190,27 @@ def test_a_client_without_a_retry_count_resending_a_body_is_answered_from_its_sp
     assert len(span.retried_at) == 2
     fresh = httpx.post(url, json=body, headers={**headers, RETRY_COUNT_HEADER: "0"}, timeout=30)
     assert fresh.status_code == 200 and len(control.spans(session.rollout_id)) == 2
+
+
+def test_a_retry_reaching_another_worker_waits_for_the_first_try(reply_ids, tiny_model, tmp_path):
+    """Two proxy apps over one store (as two workers): the retry reaches the one that is not sampling."""
+    async def scenario() -> None:
+        async with policy_standin(reply_ids) as (url, standin), \
+                proxy_client(settings_for(url, tiny_model, tmp_path)) as first_worker, \
+                proxy_client(settings_for(url, tiny_model, tmp_path)) as second_worker:
+            session = await open_session(first_worker)
+            standin.shape, standin.shape_left = {"delay_s": 1.5}, 1
+            path = f"/r/{session.rollout_id}/v1/chat/completions"
+            body = {"model": "p", "messages": [{"role": "user", "content": "hello"}]}
+            headers = {"authorization": f"Bearer {session.api_key}"}
+            first_try = asyncio.create_task(first_worker.post(path, json=body,
+                                                              headers={**headers, RETRY_COUNT_HEADER: "0"}))
+            while not standin.requests:  # the first try is with the policy
+                await asyncio.sleep(0.01)
+            retry = await second_worker.post(path, json=body, headers={**headers, RETRY_COUNT_HEADER: "1"})
+            assert retry.json() == (await first_try).json()
+            [span] = [Span.model_validate(s) for s in
+                      (await second_worker.get(f"/control/sessions/{session.rollout_id}/spans")).json()]
+            assert len(standin.requests) == 1 and len(span.retried_at) == 1
+
+    asyncio.run(scenario())
