@@ -13,7 +13,7 @@ import json
 import pytest
 
 from tests.replay.conftest import replaying_proxy
-from tests.replay.record_demos import anthropic_tool_loop
+from tests.replay.record_demos import URL_REWARD, anthropic_tool_loop
 from veri.cli import main
 from veri.core.records import SessionInfo
 from veri.proxy.control_client import ControlClient
@@ -53,6 +53,18 @@ def test_record_then_replay_through_the_proxy(proxy_url, anthropic_recording, tm
     capsys.readouterr()
     assert main(["replay", "run", str(out), "--proxy", proxy_url]) == 0
     assert "4 requests, 3 spans: identical to the recording" in capsys.readouterr().out
+
+    # With the task and reward function: the reward is scored now and again on every replay.
+    task = tmp_path / "task.json"
+    task.write_text(json.dumps({"prompt": "weather?", "expected_url": "https://weather.test/"}))
+    scored = tmp_path / "scored.jsonl"
+    assert main(["replay", "record", "--proxy", proxy_url, "--rollout", recorded.rollout_id, "--out", str(scored),
+                 "--task", str(task), "--reward", str(URL_REWARD)]) == 0
+    recording = Recording.load(scored)
+    assert recording.reward is not None and recording.reward.per_function == {"reward": 0.0}
+    assert recording.rewards[0].file is None and "def reward(" in recording.rewards[0].source
+    assert main(["replay", "run", str(scored), "--proxy", proxy_url]) == 0
+    capsys.readouterr()
 
     assert main(["replay", "record", "--proxy", proxy_url, "--rollout", unrecorded.rollout_id,
                  "--out", str(tmp_path / "none.jsonl")]) == 1

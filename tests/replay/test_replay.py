@@ -64,3 +64,12 @@ def test_a_broken_file_names_the_fix(tmp_path):
     path.write_text('{"format": "veri-replay/0"}')
     with pytest.raises(RecordingError, match="re-record it with `veri replay record`"):
         Recording.load(path)
+
+
+def test_a_changed_reward_is_caught(tiny_model):
+    recording = Recording.load(RECORDINGS / "url_extract_openai.jsonl")
+    recording.rewards[0].source = recording.rewards[0].source.replace("return [1.0 if", "return [0.5 if")
+    assert "return [0.5 if" in recording.rewards[0].source
+    found = differences(recording, replay_in_process(recording, tiny_model))
+    assert found == ["reward.reward: recorded 1.0, replayed 0.5",
+                     "reward.per_function.reward: recorded 1.0, replayed 0.5"], found
