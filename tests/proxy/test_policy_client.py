@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 import orjson
 import pytest
 
+from tests.proxy.conftest import standin
 from veri.proxy.errors import PolicyUnavailable
-from veri.proxy.policy_client import read_completion
+from veri.proxy.policy_client import PolicyClient, PolicyCompletion, read_completion
 
 PROMPT = list(range(150, 8350))
 
@@ -63,3 +66,26 @@ def test_no_echo_and_unreadable_replies() -> None:
     assert read(orjson.dumps(reply(None))).choices[0].token_ids == [5, 6, 7]
     with pytest.raises(PolicyUnavailable, match="unreadable completion"):
         read(orjson.dumps(reply(PROMPT))[:-10])
+
+
+def test_a_connection_the_policy_server_closed_is_not_reused(reply_ids) -> None:
+    """uvicorn (under vLLM and the hf backend) closes a connection idle for 5 s; one kept longer and
+    written into before the loop has read the server's close is a 503 to the harness (seen at 64
+    sessions after a pause)."""
+
+    async def calls(url: str) -> list[PolicyCompletion]:
+        client = PolicyClient(url, model=None, timeout_s=30)
+        await client.start()
+        try:
+            await asyncio.gather(*(complete(client) for _ in range(4)))
+            time.sleep(5.5)  # a busy event loop: the server's close is not read before the next calls
+            return await asyncio.gather(*(complete(client) for _ in range(4)))
+        finally:
+            await client.aclose()
+
+    with standin(reply_ids) as url:
+        assert [completion.token_ids for completion in asyncio.run(calls(url))] == [reply_ids] * 4
+
+
+def complete(client: PolicyClient):
+    return client.complete(PROMPT, max_tokens=8, temperature=1.0, top_p=1.0, stop_token_ids=[])

@@ -32,6 +32,8 @@ log = structlog.get_logger("veri.proxy")
 # vLLM's OpenAI server pins a request to one engine of `--data-parallel-size D` with this header
 # (vllm/entrypoints/generate/base/serving.py `_get_data_parallel_rank`, 0.31; out of range is a 400).
 DATA_PARALLEL_RANK_HEADER = "X-data-parallel-rank"
+# Below uvicorn's `timeout_keep_alive` (5 s, vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE default too).
+KEEPALIVE_S = 4.0
 
 
 @dataclass(frozen=True)
@@ -53,8 +55,10 @@ class PolicyClient:
         self._http: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
+        # Idle connections are dropped before the server drops them: uvicorn (vLLM, the hf backend) closes
+        # one after 5 s, and aiohttp's 15 s default reused it, a 503 for calls after a pause.
         self._http = aiohttp.ClientSession(
-            timeout=self._timeout, connector=aiohttp.TCPConnector(limit=512)
+            timeout=self._timeout, connector=aiohttp.TCPConnector(limit=512, keepalive_timeout=KEEPALIVE_S)
         )
 
     async def aclose(self) -> None:
