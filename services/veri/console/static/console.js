@@ -62,12 +62,12 @@ function frame(box, xs, lo, hi) {
   return {svg, sx, sy};
 }
 
-function legend(box, names) {
+function legend(box, names, colors) {
   const list = document.createElement("div");
   list.className = "legend-row";
   names.forEach((name, i) => {
     const item = document.createElement("span");
-    item.innerHTML = `<i style="background:${COLORS[i % COLORS.length]}"></i>`;
+    item.innerHTML = `<i style="background:${(colors || [])[i] || COLORS[i % COLORS.length]}"></i>`;
     item.append(document.createTextNode(name));
     list.append(item);
   });
@@ -91,20 +91,23 @@ function linePlot(box, xs, series, band) {
       el("circle", {cx: sx(x), cy: sy(y), r: 2, fill: COLORS[i % COLORS.length]}, svg);
     }
   });
-  legend(box, series.map((s) => s.name).concat(band ? [band.name] : []));
+  const names = series.map((s) => s.name);
+  legend(box, band ? [...names, band.name] : names, band ? [...names.map((_, i) => COLORS[i % COLORS.length]), "rgba(37, 99, 235, 0.25)"] : null);
 }
 
 function barPlot(box, xs, stacks) {
   const totals = xs.map((_, j) => stacks.reduce((sum, s) => sum + (Number.isFinite(s.values[j]) ? s.values[j] : 0), 0));
   if (!xs.length) { box.textContent = "no completed step yet"; return; }
-  const {svg, sx, sy} = frame(box, xs, 0, Math.max(...totals, 1));
-  const width = Math.max(1, (W - PAD.l - PAD.r) / Math.max(xs.length, 1) - 1);
+  const {svg, sy} = frame(box, xs, 0, Math.max(...totals, 1));
+  // One band per step inside the axes, so a bar never covers the tick labels.
+  const band = (W - PAD.l - PAD.r) / xs.length;
+  const width = Math.max(1, band * 0.8);
   xs.forEach((x, j) => {
     let base = 0;
     stacks.forEach((s, i) => {
       const value = Number.isFinite(s.values[j]) ? s.values[j] : 0;
       if (value > 0) {
-        const rect = el("rect", {x: sx(x) - width / 2, y: sy(base + value), width, height: sy(base) - sy(base + value),
+        const rect = el("rect", {x: PAD.l + j * band + (band - width) / 2, y: sy(base + value), width, height: sy(base) - sy(base + value),
                                  fill: COLORS[i % COLORS.length]}, svg);
         el("title", {}, rect).textContent = `step ${x}: ${s.name} ${+value.toPrecision(4)}`;
       }
