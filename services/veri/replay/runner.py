@@ -137,6 +137,9 @@ def serve_in_thread(app: Any, name: str) -> Iterator[str]:
 
 
 def check_model(recording: Recording, model_dir: Path) -> None:
+    if not model_dir.is_dir():
+        raise RecordingError(f"no model folder at {model_dir}: pass the model {recording.name!r} was recorded with"
+                             " (--model DIR; `make tiny-model` builds build/models/tiny)")
     found = model_fingerprint(model_dir)
     if found != recording.capture.model_fingerprint:
         raise RecordingError(
