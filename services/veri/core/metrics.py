@@ -20,7 +20,6 @@ from typing import Any
 from fastapi.routing import iter_route_contexts
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess as prometheus_multiprocess
-from starlette.routing import compile_path
 
 from veri.core import envs
 
@@ -60,7 +59,9 @@ class RouteMetrics:
                  describe: Callable[[str], tuple[str, ...]] | None = None) -> None:
         labels = ("route", *extra_labels)
         self._describe = describe or (lambda route: ())
-        self._templates = RouteTemplates()
+        self._routes = RouteTemplates()
+        self._by_route: dict[str, tuple[Any, Any]] = {}
+        self._by_status: dict[tuple[str, int], Any] = {}
         self.in_flight = Gauge(f"{prefix}_requests_in_flight", "requests being served now", labels,
                                registry=registry, multiprocess_mode="livesum")
         self.requests = Counter(f"{prefix}_requests", "requests answered, by HTTP status", (*labels, "status"),
@@ -73,8 +74,8 @@ class RouteMetrics:
             if scope["type"] != "http" or scope["path"] == METRICS_PATH:
                 await app(scope, receive, send)
                 return
-            route = self._templates.of(scope)
-            labels = (route, *self._describe(route))
+            route = self._routes.of(scope)
+            in_flight, seconds = self._children(route)
             status = {"code": 500}  # what a handler that raised past every error handler answers
 
             async def send_status(message: Any) -> None:
@@ -83,29 +84,50 @@ class RouteMetrics:
                 await send(message)
 
             started = time.perf_counter()
-            self.in_flight.labels(*labels).inc()
+            in_flight.inc()
             try:
                 await app(scope, receive, send_status)
             finally:
-                self.in_flight.labels(*labels).dec()
-                self.seconds.labels(*labels).observe(time.perf_counter() - started)
-                self.requests.labels(*labels, str(status["code"])).inc()
+                in_flight.dec()
+                seconds.observe(time.perf_counter() - started)
+                self._answered(route, status["code"]).inc()
 
         return instrumented
+
+    # `labels()` is most of the bookkeeping's cost; routes and statuses are few, so each child is looked
+    # up once (bench/metrics_overhead.py).
+    def _children(self, route: str) -> tuple[Any, Any]:
+        if route not in self._by_route:
+            labels = (route, *self._describe(route))
+            self._by_route[route] = (self.in_flight.labels(*labels), self.seconds.labels(*labels))
+        return self._by_route[route]
+
+    def _answered(self, route: str, status: int) -> Any:
+        key = (route, status)
+        if key not in self._by_status:
+            self._by_status[key] = self.requests.labels(route, *self._describe(route), str(status))
+        return self._by_status[key]
 
 
 class RouteTemplates:
     """Path -> the template of the route that serves it, from the app's routes (read at the first request,
-    when every router is included), in routing order."""
+    when every router is included): one regex, an alternative per route in routing order."""
 
     def __init__(self) -> None:
-        self._table: list[tuple[re.Pattern[str], str]] | None = None
+        self._templates: list[str] = []
+        self._pattern: re.Pattern[str] | None = None
 
     def of(self, scope: Any) -> str:
-        if self._table is None:
-            templates = [context.path_format for context in iter_route_contexts(scope["app"].routes)]
-            self._table = [(compile_path(template)[0], template) for template in templates if template]
-        for pattern, template in self._table:
-            if pattern.match(scope["path"]):
-                return template
-        return UNMATCHED_ROUTE
+        if self._pattern is None:
+            self._templates = [c.path_format for c in iter_route_contexts(scope["app"].routes) if c.path_format]
+            alternatives = "|".join(f"({_path_regex(template)})" for template in self._templates)
+            self._pattern = re.compile(f"^(?:{alternatives})$")
+        found = self._pattern.match(scope["path"])
+        return self._templates[found.lastindex - 1] if found and found.lastindex else UNMATCHED_ROUTE
+
+
+def _path_regex(template: str) -> str:
+    """`/r/{rollout_id}/v1/messages` -> a group-free regex (`{name:path}` spans slashes, as Starlette's)."""
+    parts = re.split(r"(\{[^}]+\})", template)
+    return "".join(("(?:.*)" if part.endswith(":path}") else "(?:[^/]+)") if part.startswith("{") else re.escape(part)
+                   for part in parts)
