@@ -29,6 +29,8 @@ SCRIPT = [
     {"if_last_user_turn_contains": "weather in Paris and London",
      "reply": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'},
     {"if_last_user_turn_contains": "say stop", "reply": "Hello STOP world"},
+    {"if_last_user_turn_contains": "think it over",
+     "reply": "<think>\nThe user wants a plan.\n</think>\n\nPlan: none."},
     {"if_last_user_turn_contains": "veri-tool-ok",
      "reply": "The command printed veri-tool-ok."},
     {"if_last_user_turn_contains": "Run the shell command that prints the marker",

@@ -203,3 +203,26 @@ def test_a_call_to_a_namespaced_tool_names_its_namespace(session, control):
     assert (call.namespace, call.name, call.arguments) == ("weather_ns", "get_weather", '{"city": "Paris"}')
     [span] = control.spans(session.rollout_id)
     assert [tool["function"]["name"] for tool in span.tools] == ["get_weather"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_sampled_reasoning_is_a_reasoning_item_and_passes_back_bridged(session, control, stream):
+    client = client_for(session)
+    if stream:
+        with client.responses.stream(model="policy", input="Please think it over") as events:
+            kinds = [event.type for event in events]
+            first = events.get_final_response()
+        assert kinds[2:6] == ["response.output_item.added", "response.reasoning_text.delta",
+                              "response.reasoning_text.done", "response.output_item.done"]
+    else:
+        first = client.responses.create(model="policy", input="Please think it over")
+    assert [item.type for item in first.output] == ["reasoning", "message"]
+    assert first.output[0].content[0].text.strip() == "The user wants a plan."
+    assert first.output_text == "Plan: none."
+    items = [{"role": "user", "content": "Please think it over"},
+             *[item.model_dump(exclude_none=True) for item in first.output],
+             {"role": "user", "content": "It is rainy in London"}]
+    client.responses.create(model="policy", input=items)
+    spans = control.spans(session.rollout_id)
+    assert spans[1].messages[1]["reasoning_content"].strip() == "The user wants a plan."
+    assert_bridged_chain(spans)
