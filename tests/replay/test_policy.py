@@ -1,12 +1,13 @@
-"""The replay policy: which recorded completion answers a call."""
+"""The replay policy: which recorded completion answers a call; the order a replay sends the calls."""
 
 from __future__ import annotations
 
 import pytest
 
+from veri.core.records import RecordedRequest
 from veri.replay.policy import RecordedCompletions
 from veri.replay.recording import RecordingError
-from veri.replay.runner import check_model
+from veri.replay.runner import check_model, replay_order
 
 
 @pytest.fixture
@@ -32,3 +33,15 @@ def test_a_changed_prompt_gets_the_next_in_order_and_a_full_round_starts_over(co
 def test_a_missing_model_folder_is_named(anthropic_recording, tmp_path):
     with pytest.raises(RecordingError, match="no model folder at .*make tiny-model"):
         check_model(anthropic_recording, tmp_path / "absent")
+
+
+def test_calls_made_at_once_replay_in_the_order_they_were_answered():
+    def request(seq: int, received_at: float, answered_at: float | None) -> RecordedRequest:
+        return RecordedRequest(seq=seq, method="POST", path="/v1/messages", headers={}, auth=None, body="{}",
+                               status=200, received_at=received_at, answered_at=answered_at)
+
+    # 1 and 2 were in flight together and 2 was answered (its span committed) first; 3 came after both.
+    calls = [request(0, 0.0, 1.0), request(1, 2.0, 5.0), request(2, 2.1, 4.0), request(3, 6.0, 7.0)]
+    assert [call.seq for call in replay_order(calls)] == [0, 2, 1, 3]
+    # A recording without answer times replays in arrival order.
+    assert [call.seq for call in replay_order([request(1, 2.0, None), request(0, 1.0, None)])] == [0, 1]

@@ -31,6 +31,8 @@ def test_every_session_is_recorded_as_sent(anthropic_recording, tiny_model, tmp_
             (0, "/v1/messages", "beta=true", 200), (1, "/v1/messages", "", 400),
             (2, "/v1/messages/count_tokens", "", 200)]
         assert requests[0].body == QUESTION.decode()  # the bytes as sent (two spaces and all)
+        assert all(r.received_at <= r.answered_at for r in requests)
+        assert [r.seq for r in sorted(requests, key=lambda r: r.answered_at)] == [0, 1, 2]
         assert requests[0].auth == "x-api-key" and "x-api-key" not in requests[0].headers
         assert requests[0].headers["anthropic-version"] == "2023-06-01"
         assert len(control.spans(session.rollout_id)) == 1

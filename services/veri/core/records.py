@@ -140,6 +140,9 @@ class RecordedRequest(BaseModel):
     body: str = Field(description="the body bytes as UTF-8 text")
     status: int | None = Field(default=None, description="the status the proxy answered (None: no answer sent)")
     received_at: float
+    answered_at: float | None = Field(
+        default=None, description="when the answer started; calls made at once are replayed in this order"
+    )
 
 
 class CaptureConfig(BaseModel):

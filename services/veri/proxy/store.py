@@ -75,6 +75,7 @@ CREATE TABLE IF NOT EXISTS recorded_requests (   -- the harness's requests as se
     request TEXT NOT NULL,          -- RecordedRequest minus body and status
     body BLOB NOT NULL,
     status INTEGER,
+    answered_at REAL,               -- when the answer started (a span is committed before it)
     PRIMARY KEY (rollout_id, seq)
 );
 """
@@ -84,6 +85,7 @@ CREATE TABLE IF NOT EXISTS recorded_requests (   -- the harness's requests as se
 _ADDED_COLUMNS = [
     ("sessions", "replica", "INTEGER NOT NULL DEFAULT 0"),
     ("replicas", "failed_requests", "INTEGER NOT NULL DEFAULT 0"),
+    ("recorded_requests", "answered_at", "REAL"),
 ]
 
 
@@ -393,7 +395,7 @@ class SpanStore:
                 (seq,) = self._db.execute(
                     "SELECT COALESCE(MAX(seq) + 1, 0) FROM recorded_requests WHERE rollout_id = ?", (rollout_id,)
                 ).fetchone()
-                self._db.execute("INSERT INTO recorded_requests VALUES (?, ?, ?, ?, NULL)",
+                self._db.execute("INSERT INTO recorded_requests VALUES (?, ?, ?, ?, NULL, NULL)",
                                  (rollout_id, seq, orjson.dumps(request).decode(), body))
                 self._db.execute("COMMIT")
             except BaseException:
@@ -403,20 +405,23 @@ class SpanStore:
 
     def set_request_status(self, rollout_id: str, seq: int, status: int) -> None:
         with self._lock:
-            self._db.execute("UPDATE recorded_requests SET status = ? WHERE rollout_id = ? AND seq = ?",
-                             (status, rollout_id, seq))
+            self._db.execute(
+                "UPDATE recorded_requests SET status = ?, answered_at = ? WHERE rollout_id = ? AND seq = ?",
+                (status, time.time(), rollout_id, seq),
+            )
 
     def recorded_requests(self, rollout_id: str) -> list[RecordedRequest]:
         self.get_session(rollout_id)
         with self._lock:
             rows = self._db.execute(
-                "SELECT seq, request, body, status FROM recorded_requests WHERE rollout_id = ? ORDER BY seq",
+                "SELECT seq, request, body, status, answered_at FROM recorded_requests WHERE rollout_id = ?"
+                " ORDER BY seq",
                 (rollout_id,),
             ).fetchall()
         return [
             RecordedRequest.model_validate({**orjson.loads(request), "seq": seq, "status": status,
-                                            "body": body.decode(errors="replace")})
-            for seq, request, body, status in rows
+                                            "answered_at": answered_at, "body": body.decode(errors="replace")})
+            for seq, request, body, status, answered_at in rows
         ]
 
     # --- requests in flight and answered: recognising a client's retry -------------------------------

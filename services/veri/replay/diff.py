@@ -28,7 +28,8 @@ MAX_VALUE_CHARS = 160
 
 def differences(recording: Recording, replay: Replay, decoder: Decoder | None = None) -> list[str]:
     found: list[str] = []
-    for request, status in zip(recording.requests, replay.statuses, strict=True):
+    for request in recording.requests:
+        status = replay.statuses.get(request.seq)
         if request.status != status:
             found.append(f"request {request.seq} ({request.method} {request.path}): answered {status},"
                          f" recorded {request.status}")

@@ -35,7 +35,7 @@ REQUEST_TIMEOUT_S = 300.0
 @dataclass
 class Replay:
     spans: list[Span]
-    statuses: list[int]  # per recorded request, in order
+    statuses: dict[int, int]  # recorded request seq -> the status the replay got
     episode: Episode
     reward: RewardOutcome | None
     id_map: dict[str, str] = field(default_factory=dict)  # recorded id -> the replay's
@@ -46,20 +46,27 @@ def replay_through(recording: Recording, proxy_url: str, *, token: str | None = 
     control = ControlClient(proxy_url, token=token)
     session = control.open_session(metadata={"replay_of": recording.name})
     id_map: dict[str, str] = {}
-    statuses: list[int] = []
+    statuses: dict[int, int] = {}
     spans: list[Span] = []
     with httpx.Client(base_url=f"{proxy_url.rstrip('/')}/r/{session.rollout_id}", timeout=REQUEST_TIMEOUT_S) as http:
-        for request in recording.requests:
+        for request in replay_order(recording.requests):
             reply = http.request(request.method, _target(request), content=_body(request, id_map),
                                  headers=_headers(request, session.api_key))
             reply.read()  # a streamed answer in full: the span is written before it starts anyway
-            statuses.append(reply.status_code)
+            statuses[request.seq] = reply.status_code
             if reply.status_code == 200:
                 spans = _new_spans(control, session.rollout_id, spans, recording.spans, id_map)
     control.close_session(session.rollout_id)
     spans = control.spans(session.rollout_id)
     episode = episode_of(spans, recording.status, recording.exit_code)
     return Replay(spans, statuses, episode, score(recording, spans, episode), id_map)
+
+
+def replay_order(requests: list[RecordedRequest]) -> list[RecordedRequest]:
+    """The order the proxy answered them: a call made while another was in flight cannot depend on
+    it, and answering in this order gives the spans the recorded request_index (committed before the
+    answer). Recordings without answer times keep arrival order."""
+    return sorted(requests, key=lambda request: (request.answered_at or request.received_at, request.seq))
 
 
 def _target(request: RecordedRequest) -> str:
