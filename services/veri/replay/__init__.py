@@ -11,8 +11,8 @@
 
 A recording (`recording.py`) holds the harness's requests exactly as sent (in arrival order), the
 spans they produced, the episode (training row, env_mask, verdicts), and the reward with its
-functions' source when known. A replay (`runner.py`) sends the same requests, in the order they were answered, to a proxy
-whose policy (`policy.py`) answers every call with the recorded completion ids and logprobs, then
-`diff.py` compares the new spans, episode and reward with the recorded ones: any difference is a
+functions' source when known. A replay (`runner.py`) sends the same requests, in the order they
+were answered, to a proxy whose policy (`policy.py`) answers every call with the recorded completion
+ids and logprobs, then `diff.py` compares the new spans, episode and reward with the recorded ones: any difference is a
 change in what veri would train on.
 """
