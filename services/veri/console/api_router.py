@@ -43,8 +43,9 @@ def rollouts(request: Request, job: str) -> dict[str, Any]:
 
 
 @router.get("/jobs/{job}/tasks/{task}")
-def same_task(request: Request, job: str, task: int) -> list[dict[str, Any]]:
-    return service(request).same_task(job, task)
+def same_task(request: Request, job: str, task: int) -> dict[str, Any]:
+    rows, total = service(request).same_task(job, task)
+    return {"total": total, "rows": rows}
 
 
 @router.get("/jobs/{job}/steps/{step}/tasks/{task}/rollouts/{rollout}")

@@ -56,8 +56,8 @@ def step_page(request: Request, job: str, step: int) -> RedirectResponse:
 
 @router.get("/jobs/{job}/tasks/{task}", response_class=HTMLResponse)
 def same_task_page(request: Request, job: str, task: int) -> HTMLResponse:
-    rows = service(request).same_task(job, task)
-    return render(request, "same_task.html", job_name=job, task=task, rows=rows)
+    rows, total = service(request).same_task(job, task)
+    return render(request, "same_task.html", job_name=job, task=task, rows=rows, total=total)
 
 
 @router.get(ROLLOUT, response_class=HTMLResponse)

@@ -21,6 +21,7 @@ from veri.core.rollouts import RolloutRecord
 from veri.trainer.archive import ArchiveIndex, ArchiveLayout, RolloutQuery, read_job_file, read_metrics
 
 SHOWN_EXISTING = 40  # names listed in a 404
+SAME_TASK_ROWS = 2000  # rollouts on the same-task page
 
 
 @dataclass
@@ -83,14 +84,16 @@ class ConsoleService:
             steps = index.steps_with_rollouts()
         return ArchiveResult(page, rows, total, steps, [s.value for s in RolloutStatus], [r.value for r in Rule])
 
-    def same_task(self, job: str, task: int) -> list[dict[str, Any]]:
-        """Every rollout of task `task`, step by step (the same-task-across-steps view)."""
+    def same_task(self, job: str, task: int) -> tuple[list[dict[str, Any]], int]:
+        """The rollouts of task `task`, step by step (the same-task-across-steps view): the first
+        SAME_TASK_ROWS of them, and how many there are (the archive's task facet pages through all)."""
+        query = RolloutQuery(task_index=task)
         with self.index(job) as index:
-            rows = index.search(RolloutQuery(task_index=task), limit=100_000)
+            rows, total = index.search_page(query, limit=SAME_TASK_ROWS)
             if not rows:
                 raise NotFound(f"task {task} in job {job!r}", [f"task {t}" for t in index.task_indexes()]
                                [:SHOWN_EXISTING])
-        return rows
+        return rows, total
 
     # --- one rollout ---------------------------------------------------------------------------------
 
