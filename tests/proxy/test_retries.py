@@ -6,6 +6,7 @@ second branch, no history_rewritten) and the span records it."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import httpx2
 import openai
 import pytest
 
+from tests.core.spans import make_span
 from tests.proxy.conftest import proxy_args, standin
 from tests.proxy.test_app import open_session, policy_standin, proxy_client, settings_for
 from tests.servers import start_server
@@ -22,6 +24,7 @@ from veri.core.episodes import Rule, build_episode
 from veri.core.records import SessionInfo, Span
 from veri.proxy.control_client import ControlClient
 from veri.proxy.history import RETRY_COUNT_HEADER
+from veri.proxy.store import SpanStore
 
 SLOW_S = 3.0  # the policy's delay on a slow call
 CLIENT_TIMEOUT_S = 2.0  # the SDK gives up on a try after this, and retries
@@ -214,3 +217,20 @@ def test_a_retry_reaching_another_worker_waits_for_the_first_try(reply_ids, tiny
             assert len(standin.requests) == 1 and len(span.retried_at) == 1
 
     asyncio.run(scenario())
+
+
+def test_the_store_answers_for_the_latest_try_of_a_request(tmp_path):
+    store = SpanStore(tmp_path)
+    store.open_session("r-1", {})
+    first = store.begin_request("r-1", "key")
+    store.add_span(make_span(0, [1, 2], [3]), prefix_hash="h0", n_messages=1, answers=first)
+    assert store.answered_request("r-1", "key", in_flight_since=0.0) == 0
+    again = store.begin_request("r-1", "key")  # the client asked again on purpose (retry count 0)
+    assert store.answered_request("r-1", "key", in_flight_since=0.0) == -1  # its retry waits for it
+    assert store.answered_request("r-1", "key", in_flight_since=time.time() + 1) == 0  # taken for lost
+    store.drop_request(again)  # it failed: no span
+    assert store.answered_request("r-1", "key", in_flight_since=0.0) == 0
+    assert store.answered_request("r-1", "other", in_flight_since=0.0) is None
+    assert store.add_retry("r-1", 0, 5.0).retried_at == [5.0]
+    assert store.spans("r-1")[0].retried_at == [5.0]
+    store.close()

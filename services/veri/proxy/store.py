@@ -439,12 +439,12 @@ class SpanStore:
             self._db.execute("DELETE FROM requests WHERE id = ? AND request_index IS NULL", (request_id,))
 
     def answered_request(self, rollout_id: str, request_key: str, *, in_flight_since: float) -> int | None:
-        """The span that answered this request, -1 while a try of it started after `in_flight_since`
-        is still in flight, None when neither."""
+        """Of the latest try of this request (one in flight counts only if it started after
+        `in_flight_since`): the span that answered it, -1 while it is in flight; None: no try."""
         with self._lock:
             found = self._db.execute(
                 "SELECT request_index FROM requests WHERE rollout_id = ? AND request_key = ?"
-                " AND (request_index IS NOT NULL OR started_at >= ?) ORDER BY request_index IS NULL, id DESC LIMIT 1",
+                " AND (request_index IS NOT NULL OR started_at >= ?) ORDER BY id DESC LIMIT 1",
                 (rollout_id, request_key, in_flight_since),
             ).fetchone()
         if found is None:
