@@ -80,4 +80,4 @@ def test_run_prints_the_difference_and_fails(anthropic_recording, tiny_model, tm
     out = capsys.readouterr().out
     assert "differences from the recording" in out
     assert "span 1.prompt_token_ids: first difference at position 3" in out
-    assert "re-record it" in out
+    assert "if the change is intended, re-record" in out

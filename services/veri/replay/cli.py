@@ -31,11 +31,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     record.add_argument("--exit-code", type=int, default=None)
     record.set_defaults(func=_record)
 
-    run = actions.add_parser("run", help="replay a recording and diff its spans, episode and reward; exit 1 on any"
+    run = actions.add_parser("run", help="replay recordings and diff their spans, episodes and rewards; exit 1 on any"
                                          " difference")
-    run.add_argument("recording", type=Path, metavar="FILE")
+    run.add_argument("recordings", type=Path, nargs="+", metavar="FILE")
     run.add_argument("--proxy", default=None, help="replay through this proxy (its policy: `veri replay policy"
-                                                   " FILE`); default: an in-process proxy on --model")
+                                                   " FILE`, so one FILE); default: an in-process proxy on --model")
     run.add_argument("--token", default=os.environ.get(envs.VERI_CONTROL_TOKEN), help="the proxy's control token")
     run.add_argument("--model", type=Path, default=Path("build/models/tiny"),
                      help="model folder of the in-process proxy: the one the recording was made with"
@@ -72,14 +72,26 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.proxy and len(args.recordings) > 1:
+        print("veri replay run: --proxy replays one FILE (its policy, `veri replay policy FILE`, serves one"
+              " recording); without --proxy each FILE gets its own in-process proxy", file=sys.stderr)
+        return 2
+    _quiet_proxy_log()
+    failed = [path for path in args.recordings if not _replay_one(path, args)]
+    if failed:
+        print("if the change is intended, re-record (`veri replay record`; tests/replay/README.md)")
+    return 1 if failed else 0
+
+
+def _replay_one(path: Path, args: argparse.Namespace) -> bool:
+    """Replay one recording and print what differs; True when nothing does."""
     from veri.proxy.control_client import ControlError
     from veri.replay.diff import differences
     from veri.replay.recording import Recording, RecordingError
     from veri.replay.runner import replay_in_process, replay_through
 
-    _quiet_proxy_log()
     try:
-        recording = Recording.load(args.recording)
+        recording = Recording.load(path)
         if args.proxy:
             replay = replay_through(recording, args.proxy, token=args.token)
             decoder = None
@@ -88,17 +100,16 @@ def _run(args: argparse.Namespace) -> int:
             decoder = _decoder(args.model)
     except (ControlError, RecordingError) as error:
         print(f"veri replay run: {error}", file=sys.stderr)
-        return 1
+        return False
     found = differences(recording, replay, decoder)
-    summary = f"{args.recording}: {len(recording.requests)} requests, {len(replay.spans)} spans"
+    summary = f"{path}: {len(recording.requests)} requests, {len(replay.spans)} spans"
     if not found:
         print(f"{summary}: identical to the recording")
-        return 0
+        return True
     print(f"{summary}: {len(found)} differences from the recording")
     for line in found:
         print(f"  {line}")
-    print("if the change is intended, re-record it (`veri replay record`; tests/replay/README.md)")
-    return 1
+    return False
 
 
 def _quiet_proxy_log() -> None:
