@@ -3,7 +3,7 @@
 A pure ASGI middleware (nothing buffered for other sessions, streamed replies stay streamed): for a
 rollout route of a session that records (opened with `record_requests`, or every session when the
 proxy runs with --record-requests) it reads the body, stores the request in the span store *before*
-the route runs (so the store's order is the arrival order), and stores the status when the answer
+the route runs (so the store's order is the arrival order), and the status and time when the answer
 starts. The rollout's key is not kept: a replay presents its own session's key the same way.
 """
 
