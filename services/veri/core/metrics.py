@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fastapi.routing import iter_route_contexts
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess as prometheus_multiprocess
 
@@ -119,11 +118,21 @@ class RouteTemplates:
 
     def of(self, scope: Any) -> str:
         if self._pattern is None:
-            self._templates = [c.path_format for c in iter_route_contexts(scope["app"].routes) if c.path_format]
+            self._templates = route_templates(scope["app"].routes)
             alternatives = "|".join(f"({_path_regex(template)})" for template in self._templates)
             self._pattern = re.compile(f"^(?:{alternatives})$")
         found = self._pattern.match(scope["path"])
         return self._templates[found.lastindex - 1] if found and found.lastindex else UNMATCHED_ROUTE
+
+
+def route_templates(routes: Any) -> list[str]:
+    """Every route's path template, in routing order. FastAPI >= 0.160 nests included routers
+    (`iter_route_contexts`); older ones (vLLM's pin, in the vLLM images) list them flat."""
+    try:
+        from fastapi.routing import iter_route_contexts
+    except ImportError:
+        return [path for route in routes if (path := getattr(route, "path_format", None))]
+    return [c.path_format for c in iter_route_contexts(routes) if c.path_format]
 
 
 def _path_regex(template: str) -> str:
