@@ -13,8 +13,8 @@ codex-events.jsonl (Codex's `--json` event stream) and codex-last-message.txt. C
 limit: VERI_MAX_TURNS is not used (the sandbox's timeout bounds a rollout).
 
 Exit status: 0 when Codex finished, whether the answer is right, wrong or missing (judging it is the
-reward's job). 1 on a real error: Codex failing to start or ending on an API error (the proxy refused
-or failed a request).
+reward's job), also when it stopped on a reply the job's max_tokens cut short. 1 on a real error:
+Codex failing to start or ending on an API error (the proxy refused or failed a request).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ INSTRUCTIONS = (
     "URL of that link (its href) on a final line of its own, formatted as:\nANSWER: <url>"
 )
 ANSWER = re.compile(r"ANSWER:\s*(\S+)")
+CUT_SHORT = "Incomplete response returned"  # Codex's error for a response.incomplete (max_output_tokens)
 
 
 def parse_answer(text: str | None) -> str | None:
@@ -98,11 +99,16 @@ def main() -> int:
             return 1
     (output_dir / "codex-events.jsonl").write_text(done.stdout)
     sys.stderr.write(done.stderr)
-    if done.returncode != 0:
-        print(f"agent: codex exec exited {done.returncode}: {failure(done.stdout)}", file=sys.stderr)
-        return 1
-
     final = last_message.read_text() if last_message.exists() else ""
+    if done.returncode != 0:
+        reason = failure(done.stdout)
+        if CUT_SHORT not in reason:
+            print(f"agent: codex exec exited {done.returncode}: {reason}", file=sys.stderr)
+            return 1
+        # The policy's reply reached the job's max_tokens and Codex stops there (as it does with
+        # OpenAI): a finished rollout without an answer, for the reward to judge, not a harness failure.
+        print(f"agent: codex stopped on a reply cut at max_tokens ({reason})", file=sys.stderr)
+        final = ""
     answer = parse_answer(final)
     if final:
         print(final)

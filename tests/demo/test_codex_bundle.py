@@ -28,17 +28,26 @@ def codex_task(webfixture: RunningServer) -> dict:
 
 
 @pytest.fixture(scope="module")
-def codex_proxy(tiny_model: Path, codex_task: dict, tmp_path_factory) -> Iterator[RunningServer]:
+def codex_policy(tiny_model: Path, codex_task: dict, tmp_path_factory) -> Iterator[RunningServer]:
     rules = [answer_rule(codex_task),
              fetch_rule(codex_task, tool_call("exec_command", {"cmd": f"curl -s {codex_task['url']}"}))]
-    folder = tmp_path_factory.mktemp("codex-demo")
-    (folder / "script.json").write_text(json.dumps(rules))
-    policy_args = ["serve", "policy", "--model", str(tiny_model), "--scripted-replies", str(folder / "script.json")]
-    with start_server(policy_args) as policy:
-        args = proxy_args(policy.url, tiny_model, folder / "spans")
-        args[args.index("--max-tokens") + 1] = "256"  # room for a forced tool call with a URL in it
-        with start_server(args) as proxy:
-            yield proxy
+    script = tmp_path_factory.mktemp("codex-demo") / "script.json"
+    script.write_text(json.dumps(rules))
+    with start_server(["serve", "policy", "--model", str(tiny_model), "--scripted-replies", str(script)]) as policy:
+        yield policy
+
+
+def proxy_with_max_tokens(policy: RunningServer, model: Path, store: Path, max_tokens: int):
+    args = proxy_args(policy.url, model, store)
+    args[args.index("--max-tokens") + 1] = str(max_tokens)
+    return start_server(args)
+
+
+@pytest.fixture(scope="module")
+def codex_proxy(codex_policy: RunningServer, tiny_model: Path, tmp_path_factory) -> Iterator[RunningServer]:
+    # Room for a forced tool call with a URL in it.
+    with proxy_with_max_tokens(codex_policy, tiny_model, tmp_path_factory.mktemp("spans"), 256) as proxy:
+        yield proxy
 
 
 @pytest.fixture
@@ -91,3 +100,16 @@ def test_codex_bundle_fails_on_model_api_errors(codex_proxy, session, codex_task
     assert run.returncode == 1, run.explain()
     assert "codex exec exited" in run.stderr and "unknown rollout" in run.stderr, run.explain()
     assert not (run.output_dir / "answer.txt").exists()
+
+
+@pytest.mark.slow
+def test_a_reply_cut_at_max_tokens_is_a_finished_rollout(codex_policy, tiny_model, codex_task, tmp_path):
+    """Codex stops on a response.incomplete; the bundle reports a finished rollout with no answer."""
+    with proxy_with_max_tokens(codex_policy, tiny_model, tmp_path / "spans", 4) as short:
+        control = ControlClient(short.url)
+        session = control.open_session()
+        run = run_bundle("url_extract_codex", proxy=short, session=session, row=codex_task, tmp_path=tmp_path)
+        [span] = control.spans(session.rollout_id)
+    assert run.returncode == 0, run.explain()
+    assert run.answer() == "" and "codex stopped on a reply cut at max_tokens" in run.stderr
+    assert span.finish_reason == "length" and span.response["status"] == "incomplete"
