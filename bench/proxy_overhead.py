@@ -1,27 +1,43 @@
-"""Capture-proxy overhead: the same conversations sent direct to the policy API vs through the proxy.
+"""Gateway overhead, side by side: veri's capture proxy vs Agent Lightning 1.0.2's gateway.
 
-The upstream answers instantly with fixed token ids (a tool call), so the difference is the proxy:
-render/bridge, parse, span write, protocol formatting. Each session runs a tool-loop conversation
-(first call full-rendered, later calls bridged) whose prompt is ~1k or ~8k tokens. Prints added
-latency p50/p99 per call and calls/s at 1, 16 and 64 concurrent sessions.
+Both sit in front of the same instant upstream (`bench/instant_upstream.py`, vLLM's reply shapes,
+prompt ids echoed) under the same load: tool-loop conversations of 4 calls whose system prompt is
+~1k or ~8k tokens, every session a new task (its own user message), so veri's first call of each
+session renders a new conversation behind the shared system prompt and tools. A call's
+*added* latency is the gateway's latency minus the same request sent straight to the upstream
+(veri sends token ids to `/v1/completions`; Agent Lightning forwards chat to `/v1/chat/completions`);
+the direct p99 is the box's noise floor. Two warm-up sessions per gateway and prompt size are not
+counted (veri caches a system prompt the second time it sees it); veri's cold first calls are printed.
 
-    python bench/proxy_overhead.py --model build/models/tiny
+Agent Lightning's gateway runs as its README starts it (`python -m agentlightning.server`, one
+process, its logs to /dev/null); veri's proxy as `make up` does (one worker). Agent Lightning needs
+Python >= 3.12 and is never a veri dependency: a throwaway venv.
+
+    /root/.pyenv/versions/3.12.1/bin/python -m venv build/bench-al-venv
+    build/bench-al-venv/bin/pip install agentlightning==1.0.2
+    python bench/proxy_overhead.py --model build/models/tiny [--al-python build/bench-al-venv/bin/python]
+
+Without the Agent Lightning venv, veri's rows are printed alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import contextlib
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+import httpx
 import orjson
 import psutil
 from transformers import AutoTokenizer
@@ -29,9 +45,15 @@ from transformers import AutoTokenizer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.servers import free_port, start_server
 
+ROOT = Path(__file__).resolve().parents[1]
+
 TURNS = 4
+MODEL = "bench"
 TOOL = {"type": "function", "function": {"name": "lookup", "description": "Look a word up",
                                          "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}
+REPLY_TEXT = '<tool_call>\n{"name": "lookup", "arguments": {"q": "word"}}\n</tool_call>'
+
+Post = Callable[[aiohttp.ClientSession, str, list[dict]], Awaitable[dict]]
 
 
 def filler(tokenizer, tokens: int) -> str:
@@ -44,114 +66,254 @@ def filler(tokenizer, tokens: int) -> str:
     return " ".join(text)
 
 
-def conversation(system: str) -> list[dict]:
-    return [{"role": "system", "content": system}, {"role": "user", "content": "Look up three words."}]
+def first_messages(system: str, task: str) -> list[dict]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": f"Look up three words. Task {task}."}]
 
 
-async def post(client: aiohttp.ClientSession, url: str, body: dict, headers: dict | None = None) -> dict:
+def next_messages(messages: list[dict], reply: dict, turn: int) -> list[dict]:
+    call_id = reply["tool_calls"][0]["id"]
+    return [*messages, reply, {"role": "tool", "tool_call_id": call_id, "content": f"result {turn}"}]
+
+
+def rendered_prompts(tokenizer, system: str) -> list[list[int]]:
+    """One session's prompts as the model renders them (the direct path's requests, the upstream's echo)."""
+    messages, prompts = first_messages(system, "0"), []
+    for turn in range(TURNS):
+        prompts.append(tokenizer.apply_chat_template(messages, tools=[TOOL], add_generation_prompt=True,
+                                                     tokenize=True, return_dict=False))
+        call = {"id": f"c{turn}", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "word"}'}}
+        messages = next_messages(messages, {"role": "assistant", "content": "", "tool_calls": [call]}, turn)
+    return prompts
+
+
+async def post(client: aiohttp.ClientSession, url: str, body: dict | list, headers: dict | None = None) -> dict:
     async with client.post(url, data=orjson.dumps(body),
                            headers={"content-type": "application/json", **(headers or {})}) as reply:
         reply.raise_for_status()
         return orjson.loads(await reply.read())
 
 
-async def one_session_proxy(client: aiohttp.ClientSession, proxy_url: str, system: str, latencies: list[float]) -> None:
-    session = await post(client, f"{proxy_url}/control/sessions", {})
-    headers = {"Authorization": f"Bearer {session['api_key']}"}
-    messages = conversation(system)
+# --- one session per path ------------------------------------------------------------------------
+
+
+@dataclass
+class Gateway:
+    """How one gateway opens a session and where its chat calls go."""
+
+    name: str
+    open_session: Callable[[aiohttp.ClientSession], Awaitable[tuple[str, dict]]]  # -> chat URL, headers
+    process: psutil.Process
+    latencies: list[float] = field(default_factory=list)
+    rates: list[float] = field(default_factory=list)
+    cpu_s: float = 0.0
+
+
+async def chat_session(client: aiohttp.ClientSession, gateway: Gateway, system: str, latencies: list[float]) -> None:
+    url, headers = await gateway.open_session(client)
+    messages = first_messages(system, uuid.uuid4().hex[:8])
     for turn in range(TURNS):
         started = time.perf_counter()
-        reply = await post(client, f"{session['openai_base_url']}/chat/completions",
-                           {"model": "bench", "messages": messages, "tools": [TOOL]}, headers)
+        reply = await post(client, url, {"model": MODEL, "messages": messages, "tools": [TOOL]}, headers)
         latencies.append(time.perf_counter() - started)
-        message = reply["choices"][0]["message"]
-        messages = [*messages, message,
-                    {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"], "content": f"result {turn}"}]
+        messages = next_messages(messages, reply["choices"][0]["message"], turn)
 
 
-async def one_session_direct(client: aiohttp.ClientSession, policy_url: str, prompts: list[list[int]],
-                             latencies: list[float]) -> None:
+async def direct_completions(client, upstream: str, prompts: list[list[int]], latencies: list[float]) -> None:
     for prompt in prompts:
         started = time.perf_counter()
-        await post(client, f"{policy_url}/v1/completions",
-                   {"model": "bench", "prompt": prompt, "max_tokens": 48, "logprobs": 0, "return_token_ids": True})
+        await post(client, f"{upstream}/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": 48,
+                                                           "logprobs": 0, "return_token_ids": True})
         latencies.append(time.perf_counter() - started)
 
 
-def direct_prompts(tokenizer, system: str, reply_text: str) -> list[list[int]]:
-    """The same prompts the proxy builds for one session, pre-rendered, for the direct path."""
-    messages, prompts = conversation(system), []
+async def direct_chat(client, upstream: str, system: str, latencies: list[float]) -> None:
+    messages = first_messages(system, uuid.uuid4().hex[:8])
     for turn in range(TURNS):
-        prompts.append(tokenizer.apply_chat_template(messages, tools=[TOOL], add_generation_prompt=True,
-                                                     tokenize=True, return_dict=False))
-        call = {"id": f"c{turn}", "type": "function", "function": {"name": "lookup", "arguments": {"q": "word"}}}
-        messages = [*messages, {"role": "assistant", "content": "", "tool_calls": [call]},
-                    {"role": "tool", "tool_call_id": f"c{turn}", "content": f"result {turn}"}]
-    return prompts
+        started = time.perf_counter()
+        reply = await post(client, f"{upstream}/v1/chat/completions",
+                           {"model": MODEL, "messages": messages, "tools": [TOOL], "logprobs": True,
+                            "return_token_ids": True})
+        latencies.append(time.perf_counter() - started)
+        messages = next_messages(messages, reply["choices"][0]["message"], turn)
 
 
-async def run(concurrency: int, session_fn) -> tuple[list[float], float]:
+async def run(concurrency: int, session: Callable[[aiohttp.ClientSession, list[float]], Awaitable[None]]
+              ) -> tuple[list[float], float]:
     latencies: list[float] = []
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency + 4)) as client:
         started = time.perf_counter()
-        await asyncio.gather(*(session_fn(client, latencies) for _ in range(concurrency)))
+        await asyncio.gather(*(session(client, latencies) for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
     return latencies, len(latencies) / elapsed
 
 
-def pct(values: list[float], q: float) -> float:
+# --- the servers ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def instant_upstream(reply_ids: list[int]) -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen([sys.executable, str(ROOT / "bench" / "instant_upstream.py"), "--port", str(port),
+                                "--reply-ids", orjson.dumps(reply_ids).decode()])
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(process, f"{url}/health")
+        yield url
+    finally:
+        process.terminate()
+        process.wait()
+
+
+@contextlib.contextmanager
+def veri_proxy(model: Path, upstream: str) -> Iterator[Gateway]:
+    with tempfile.TemporaryDirectory() as store, start_server(
+        ["serve", "proxy", "--policy-url", upstream, "--model", str(model), "--store", store]
+    ) as proxy:
+
+        async def open_session(client: aiohttp.ClientSession) -> tuple[str, dict]:
+            session = await post(client, f"{proxy.url}/control/sessions", {})
+            return f"{session['openai_base_url']}/chat/completions", {"Authorization": f"Bearer {session['api_key']}"}
+
+        yield Gateway("veri", open_session, psutil.Process(proxy.process.pid))
+
+
+@contextlib.contextmanager
+def agent_lightning(python: Path, upstream: str) -> Iterator[Gateway]:
+    """Agent Lightning's gateway as its README starts it (`python -m agentlightning.server`, Hydra config)."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as workdir:
+        process = subprocess.Popen(
+            [str(python), "-m", "agentlightning.server", f"port={port}", "host=127.0.0.1",
+             f"default_proxy.model_name={MODEL}", f"hydra.run.dir={workdir}"],
+            cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(process, f"{url}/healthz")
+            httpx.post(f"{url}/api/models", json=[{"model": MODEL, "endpoint": f"{upstream}/v1"}]).raise_for_status()
+
+            async def open_session(client: aiohttp.ClientSession) -> tuple[str, dict]:
+                rollout_id = uuid.uuid4().hex
+                await post(client, f"{url}/api/rollouts", [{"input": {}, "rollout_id": rollout_id}])
+                return f"{url}/proxy/rollout/{rollout_id}/attempt/a0/mode/train/openai/v1/chat/completions", {}
+
+            yield Gateway("agent-lightning", open_session, psutil.Process(process.pid))
+        finally:
+            process.terminate()
+            process.wait()
+
+
+def wait_healthy(process: subprocess.Popen, url: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{url} did not come up (exit code {process.poll()})")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+
+
+# --- measuring -----------------------------------------------------------------------------------
+
+
+def pct(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1] * 1000 if len(values) > 1 else values[0] * 1000
+
+
+@dataclass
+class Row:
+    tokens: int
+    concurrency: int
+    gateway: Gateway
+    direct: list[float]
+
+    def added(self, q: int) -> float:
+        return pct(self.gateway.latencies, q) - pct(self.direct, q)
+
+    def line(self) -> str:
+        g = self.gateway
+        p50, p99 = pct(g.latencies, 50), pct(g.latencies, 99)
+        return (f"{self.tokens:>6} {self.concurrency:>4} {g.name:>16} {pct(self.direct, 50):>9.2f}ms "
+                f"{pct(self.direct, 99):>9.2f}ms "
+                f"{self.added(50):>8.2f}ms {self.added(99):>8.2f}ms {p50:>8.2f}ms {p99:>8.2f}ms {p99 / p50:>6.1f} "
+                f"{max(g.rates):>8.0f} {g.cpu_s / len(g.latencies) * 1000:>8.2f}ms")
+
+
+def warm_up(gateways: list[Gateway], system: str) -> list[float]:
+    """Two sessions per gateway on a new system prompt (veri caches a prefix the second time it sees it):
+    the measured rows are the steady state. Returns veri's first-call latencies here, the cold ones."""
+    cold: list[float] = []
+    for gateway in gateways:
+        for _ in range(2):
+            latencies, _ = asyncio.run(run(1, lambda c, lat, g=gateway: chat_session(c, g, system, lat)))
+            if gateway.name == "veri":
+                cold.append(latencies[0])
+    return cold
+
+
+def measure(gateways: list[Gateway], upstream: str, prompts: list[list[int]], system: str, concurrency: int,
+            rounds: int) -> list[Row]:
+    """Rounds interleave the paths, so a burst of load from elsewhere on the box hits them alike."""
+    direct_tokens: list[float] = []
+    direct_chat_calls: list[float] = []
+    for gateway in gateways:
+        gateway.latencies, gateway.rates, gateway.cpu_s = [], [], 0.0
+    for _ in range(max(rounds, -(-48 // concurrency))):  # 1 session: at least 48 x 4 calls
+        direct_tokens += asyncio.run(run(concurrency, lambda c, lat: direct_completions(c, upstream, prompts, lat)))[0]
+        direct_chat_calls += asyncio.run(run(concurrency, lambda c, lat: direct_chat(c, upstream, system, lat)))[0]
+        for gateway in gateways:
+            before = sum(gateway.process.cpu_times()[:2])
+            latencies, rate = asyncio.run(run(concurrency, lambda c, lat, g=gateway: chat_session(c, g, system, lat)))
+            gateway.cpu_s += sum(gateway.process.cpu_times()[:2]) - before
+            gateway.latencies += latencies
+            gateway.rates.append(rate)
+    return [Row(len(prompts[-1]), concurrency, gateway,
+                direct_tokens if gateway.name == "veri" else direct_chat_calls) for gateway in gateways]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=Path("build/models/tiny"))
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="sessions per concurrent slot (at least 48 sessions in all)")
+    parser.add_argument("--model", type=Path, default=ROOT / "build/models/tiny")
+    parser.add_argument("--al-python", type=Path, default=ROOT / "build/bench-al-venv/bin/python",
+                        help="python of a venv with agentlightning==1.0.2 (skipped when absent)")
+    parser.add_argument("--sizes", default="1000,8000", help="system prompt tokens, comma-separated")
+    parser.add_argument("--concurrency", default="1,64", help="concurrent sessions, comma-separated")
+    parser.add_argument("--rounds", type=int, default=3, help="sessions per concurrent slot (>= 48 sessions)")
     args = parser.parse_args()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    reply_text = '<tool_call>\n{"name": "lookup", "arguments": {"q": "word"}}\n</tool_call>'
-    reply_ids = tokenizer.encode(reply_text, add_special_tokens=False) + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
-
-    policy_port = free_port()
-    policy = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parents[1] / "tests" / "vllm_standin.py"),
-                               "--port", str(policy_port), "--reply-ids", json.dumps(reply_ids)])
-    policy_url = f"http://127.0.0.1:{policy_port}"
-    try:
-        with tempfile.TemporaryDirectory() as store, start_server(
-            ["serve", "proxy", "--policy-url", policy_url, "--model", str(args.model), "--store", store]
-        ) as proxy:
-            proxy_process = psutil.Process(proxy.process.pid)
-            print(f"{'tokens':>6} {'sessions':>8} {'direct p50':>10} {'proxy p50':>9} {'added p50':>9} "
-                  f"{'added p99':>9} {'proxy calls/s':>13} {'direct calls/s':>14} {'proxy cpu/call':>14}")
-            for size in (1000, 8000):
-                system = filler(tokenizer, size)
-                prompts = direct_prompts(tokenizer, system, reply_text)
-                for concurrency in (1, 16, 64):
-                    direct, proxied, direct_rate, proxy_rate, cpu = [], [], 0.0, 0.0, 0.0
-
-                    def direct_call(c, lat, prompts=prompts):
-                        return one_session_direct(c, policy_url, prompts, lat)
-
-                    def proxy_call(c, lat, system=system):
-                        return one_session_proxy(c, proxy.url, system, lat)
-
-                    # Enough calls for a steady p50 where the concurrency is low (1 session: 48 x 4 calls).
-                    for _ in range(max(args.rounds, -(-48 // concurrency))):
-                        d, dr = asyncio.run(run(concurrency, direct_call))
-                        before = sum(proxy_process.cpu_times()[:2])
-                        p, pr = asyncio.run(run(concurrency, proxy_call))
-                        cpu += sum(proxy_process.cpu_times()[:2]) - before
-                        direct += d
-                        proxied += p
-                        direct_rate, proxy_rate = max(direct_rate, dr), max(proxy_rate, pr)
-                    print(f"{len(prompts[-1]):>6} {concurrency:>8} "
-                          f"{pct(direct, 50):>9.2f}ms {pct(proxied, 50):>8.2f}ms "
-                          f"{pct(proxied, 50) - pct(direct, 50):>8.2f}ms {pct(proxied, 99) - pct(direct, 99):>8.2f}ms "
-                          f"{proxy_rate:>13.0f} {direct_rate:>14.0f} {cpu / len(proxied) * 1000:>12.2f}ms")
-    finally:
-        policy.terminate()
-        policy.wait()
+    reply_ids = tokenizer.encode(REPLY_TEXT, add_special_tokens=False) + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    with contextlib.ExitStack() as stack:
+        upstream = stack.enter_context(instant_upstream(reply_ids))
+        gateways = [stack.enter_context(veri_proxy(args.model, upstream))]
+        if args.al_python.exists():
+            gateways.append(stack.enter_context(agent_lightning(args.al_python, upstream)))
+        else:
+            print(f"no Agent Lightning venv at {args.al_python}: veri alone (see this file's docstring)")
+        print(f"{'tokens':>6} {'conc':>4} {'gateway':>16} {'direct p50':>11} {'direct p99':>11} "
+              f"{'added p50':>10} {'added p99':>10} "
+              f"{'p50':>10} {'p99':>10} {'p99/p50':>7} {'calls/s':>8} {'cpu/call':>10}")
+        summary = []
+        for size in (int(s) for s in args.sizes.split(",")):
+            system = filler(tokenizer, size)
+            prompts = rendered_prompts(tokenizer, system)
+            table = {str(len(first_messages(system, "0")) + 2 * turn): prompt for turn, prompt in enumerate(prompts)}
+            httpx.put(f"{upstream}/upstream/chat-prompts", content=orjson.dumps(table)).raise_for_status()
+            cold = warm_up(gateways, system)
+            print(f"{len(prompts[-1]):>6}    1  veri's first calls on a new system prompt (not cached yet): "
+                  + ", ".join(f"{latency * 1000:.1f}ms" for latency in cold))
+            for concurrency in (int(c) for c in args.concurrency.split(",")):
+                rows = measure(gateways, upstream, prompts, system, concurrency, args.rounds)
+                for row in rows:
+                    print(row.line(), flush=True)
+                if len(rows) == 2:
+                    veri, al = rows
+                    summary.append(f"{veri.tokens:>6} {concurrency:>4}  veri/AL added p50 "
+                                   f"{veri.added(50) / al.added(50):.2f}x, calls/s "
+                                   f"{max(veri.gateway.rates) / max(al.gateway.rates):.2f}x")
+        if summary:
+            print("\n".join(["", "ratios (one run, same box, same upstream):", *summary]))
 
 
 if __name__ == "__main__":
