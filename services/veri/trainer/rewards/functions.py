@@ -19,7 +19,9 @@ working) and are cancelled on timeout. Sync functions each run on a daemon threa
 on timeout: Python cannot kill a thread, so a hung function keeps its thread until it returns, but
 the job goes on and the daemon thread cannot block exit. (A subprocess could be killed, but would
 re-import the function per call, lose any state it caches, and need picklable inputs.) An exception,
-a timeout or a non-number is a `reward_error` verdict: that rollout is masked, the job continues.
+a timeout, a non-number, an infinity or the wrong number of values is a `reward_error` verdict (an
+async function's SystemExit too, kept from stopping the shared loop): that rollout is masked, the
+job continues.
 Calls for different rollouts run concurrently, so a sync function must tolerate that.
 """
 

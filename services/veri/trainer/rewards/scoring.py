@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import numbers
 import threading
 import time
 import traceback
@@ -57,7 +58,7 @@ class RewardScorer:
                 coroutine = function.func(**kwargs)
             except Exception as error:  # noqa: BLE001 - e.g. a signature mismatch, before the coroutine exists
                 return _failed(error)
-            return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+            return asyncio.run_coroutine_threadsafe(_contained(coroutine), self._loop)
         future: Future = Future()
 
         def run() -> None:
@@ -70,7 +71,10 @@ class RewardScorer:
             except BaseException as error:  # noqa: BLE001 - user code; reported, never raised into the job
                 future.set_exception(error)
 
-        threading.Thread(target=run, name=f"veri-reward-{function.name}", daemon=True).start()
+        try:
+            threading.Thread(target=run, name=f"veri-reward-{function.name}", daemon=True).start()
+        except RuntimeError as error:  # no thread left (hung calls of earlier steps hold theirs): this call fails
+            return _failed(error)
         return future
 
     def _outcome(self, futures: list[Future], deadline: float) -> RewardOutcome:
@@ -101,6 +105,7 @@ class RewardScorer:
             return None, Verdict.of(Rule.REWARD_ERROR, message + (hint if function.is_async else ""),
                                     function=name, kind="timeout")
         except BaseException as error:  # noqa: BLE001 - whatever the user's function raised is its verdict
+            error = error.escaped if isinstance(error, _Escaped) else error
             return None, Verdict.of(Rule.REWARD_ERROR, f"reward function {name!r} raised {one_line(error)}",
                                     function=name, kind="exception", traceback=_user_traceback(error))
         try:
@@ -111,6 +116,8 @@ class RewardScorer:
 
 
 def _as_number(result: Any) -> float | None:
+    """One function's value: None (or NaN, as TRL reads it) is no value; anything else must be one finite
+    real number (numpy scalars included), alone or in a one-element list."""
     value = result
     if isinstance(result, (list, tuple)):
         if len(result) != 1:
@@ -118,10 +125,33 @@ def _as_number(result: Any) -> float | None:
         value = result[0]
     if value is None:
         return None
-    if isinstance(value, (int, float)) and not isinstance(value, complex):
+    if isinstance(value, numbers.Real):
         number = float(value)
+        if math.isinf(number):  # one inf turns the group's mean and std, so every advantage, into NaN
+            raise ValueError(f"returned {number}: return a finite number (or None for no value)")
         return None if math.isnan(number) else number
-    raise ValueError(f"returned {value!r}: return a list with one number (or None) per completion")
+    raise ValueError(f"returned {_short_repr(value)}: return a list with one number (or None) per completion")
+
+
+def _short_repr(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({type(value).__name__}, {len(text)} characters)"
+
+
+class _Escaped(Exception):  # carries a SystemExit / KeyboardInterrupt out of the event loop
+    def __init__(self, escaped: BaseException) -> None:
+        super().__init__(str(escaped))
+        self.escaped = escaped
+
+
+async def _contained(coroutine: Any) -> Any:
+    """An async function's SystemExit or KeyboardInterrupt would stop the shared event loop (asyncio
+    re-raises them out of `run_forever`), and every later async call would then time out: keep it a
+    reward_error of this call."""
+    try:
+        return await coroutine
+    except (SystemExit, KeyboardInterrupt) as error:
+        raise _Escaped(error) from error
 
 
 def _failed(error: BaseException) -> Future:

@@ -1,0 +1,1 @@
+"""`make reliability`: fault scenarios run at full size, one summary table (bench/reliability/run.py)."""

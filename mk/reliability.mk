@@ -1,0 +1,8 @@
+# Issue 10's fault scenarios at full size: bench/reliability/run.py runs bench/reliability/scenarios/*.py
+# and ends with one table (scenario, runs, outcome, spans lost, 5xx, escapes), also written to
+# build/reliability/summary.json. The README's "Reliability" section shows the last full run.
+#   make reliability [ONLY=name] [QUICK=1]    (QUICK=1: the CI-sized variants)
+.PHONY: reliability
+
+reliability: venv tiny-model
+	$(BIN)/python bench/reliability/run.py $(if $(ONLY),--only $(ONLY)) $(if $(QUICK),--quick)
