@@ -151,11 +151,13 @@ class PrefixRenderCache:
         if prefix is None:
             return self._miss(key, messages, tools)
         self._prefixes.move_to_end(key)
-        joined = None if prefix is _UNSPLITTABLE else self.split.join(prefix, messages, tools)  # type: ignore[union-attr]
-        if joined is None:
-            return self._full(messages, tools)
-        self.hits += 1
-        return joined
+        if prefix is not _UNSPLITTABLE:
+            assert self.split is not None  # there is a key only where there is a split
+            joined = self.split.join(prefix, messages, tools)
+            if joined is not None:
+                self.hits += 1
+                return joined
+        return self._full(messages, tools)
 
     def _key(self, messages: Messages, tools: Tools) -> bytes | None:
         """Identifies (template, system message, tools) exactly: key order and whitespace included."""
