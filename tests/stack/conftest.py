@@ -18,7 +18,7 @@ from tests.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DATASET = REPO / "config" / "data" / "url_extract.jsonl"
-OPENAI_TASK, CLAUDE_TASK = 5, 9
+OPENAI_TASK, CLAUDE_TASK, CODEX_TASK = 5, 9, 13
 
 
 def dataset_row(index: int) -> dict:
@@ -57,6 +57,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     rules = [answer_rule(row) for row in rows]
     rules.append(fetch_rule(claude_row, tool_call("Bash", {"command": f"curl -s {claude_row['url']}",
                                                             "description": "Fetch the page"})))
+    codex_row = dataset_row(CODEX_TASK)
+    rules.append(fetch_rule(codex_row, tool_call("exec_command", {"cmd": f"curl -s {codex_row['url']}"})))
     rules += [fetch_rule(row, tool_call("fetch_url", {"url": row["url"]})) for row in rows]
     (state / "script.json").write_text(json.dumps(rules))
     port = free_port()

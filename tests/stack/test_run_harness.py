@@ -1,4 +1,4 @@
-"""`veri run-harness` against the compose stack: both demo bundles in gVisor sandboxes, through the
+"""`veri run-harness` against the compose stack: the demo bundles in gVisor sandboxes, through the
 capture proxy, to the tiny model — and what a sandbox can and cannot reach."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.stack.conftest import CLAUDE_TASK, OPENAI_TASK, dataset_row
+from tests.stack.conftest import CLAUDE_TASK, CODEX_TASK, OPENAI_TASK, dataset_row
 from veri.core.rollouts import RolloutRecord
 from veri.proxy.control_client import ControlClient
 
@@ -46,6 +46,20 @@ def test_claude_bundle_in_gvisor(stack, tmp_path):
     assert record.status == "completed", record.episode.verdicts
     assert record.spans[0].reply_message["tool_calls"][0]["function"]["name"] == "Bash"
     assert f"ANSWER: {expected}" in record.spans[-1].reply_message["content"]
+    answers = list((tmp_path / "outputs").rglob("answer.txt"))
+    assert [a.read_text().strip() for a in answers] == [expected]
+
+
+def test_codex_bundle_in_gvisor(stack, tmp_path):
+    """`codex exec`, unmodified, in the sandbox: the Responses route, a shell tool call, bridged."""
+    expected = dataset_row(CODEX_TASK)["expected_url"]
+    [record] = run_demo(stack, "url_extract_codex", CODEX_TASK, tmp_path, n=1)
+    assert record.status == "completed", record.episode.verdicts
+    assert [s.protocol for s in record.spans] == ["openai.responses"] * 2
+    assert record.spans[0].reply_message["tool_calls"][0]["function"]["name"] == "exec_command"
+    assert [s.prompt_source for s in record.spans] == ["full_render", "bridged"]
+    assert record.spans[-1].reply_message["content"] == f"ANSWER: {expected}"
+    assert record.episode.row is not None and not record.episode.verdicts
     answers = list((tmp_path / "outputs").rglob("answer.txt"))
     assert [a.read_text().strip() for a in answers] == [expected]
 
