@@ -29,10 +29,27 @@ async def read_json_body(request: Request, limit: int) -> dict[str, Any]:
         if size > limit:
             raise BodyTooLarge(f"request body exceeds the proxy's limit of {limit} bytes")
         chunks.append(chunk)
+    raw = b"".join(chunks)
     try:
-        body = orjson.loads(b"".join(chunks))
+        body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object")
+    _check_depth(body, raw)
     return body
+
+
+# orjson reads 1024 levels of nesting but writes only 255, and every request is written back (its retry
+# key, the span's raw request): a deeper one would fail after it was read, as a 500.
+MAX_DEPTH = 254
+
+
+def _check_depth(body: dict[str, Any], raw: bytes) -> None:
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:  # cannot nest that deep: no second pass
+        return
+    try:
+        orjson.dumps(body)
+    except TypeError as exc:
+        raise InvalidRequest(f"request body nests arrays/objects deeper than {MAX_DEPTH} levels, which the proxy "
+                             "cannot record: send a flatter body (e.g. a deep value as a JSON string)") from exc
