@@ -15,6 +15,7 @@ import json
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -290,9 +291,10 @@ def fuzz_schema(openapi: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def fuzz(base_url: str, control: ControlClient, *, max_examples: int) -> tuple[int, int, list[str]]:
+def fuzz(base_url: str, control: ControlClient, *, max_examples: int,
+         statuses: Counter[int] | None = None) -> tuple[int, int, list[str]]:
     """schemathesis over every rollout operation (valid and invalid bodies) on one open session:
-    (calls made, 5xx seen, problems)."""
+    (calls made, 5xx seen, problems); `statuses` counts the answers."""
     import hypothesis
     import schemathesis
     from schemathesis.generation import GenerationMode
@@ -304,23 +306,26 @@ def fuzz(base_url: str, control: ControlClient, *, max_examples: int) -> tuple[i
     calls, server_errors, problems = 0, 0, []
     headers = {"authorization": f"Bearer {session.api_key}"}
 
-    for result in schema.get_all_operations():
-        operation = result.ok()
-
+    def fuzz_operation(operation: Any) -> None:
         @hypothesis.settings(max_examples=max_examples, deadline=None, database=None, derandomize=True,
                              suppress_health_check=list(hypothesis.HealthCheck), phases=[hypothesis.Phase.generate])
         @hypothesis.given(case=operation.as_strategy())
-        def call(case: Any, operation: Any = operation) -> None:
+        def call(case: Any) -> None:
             nonlocal calls, server_errors
             case.path_parameters = {"rollout_id": session.rollout_id}
             reply = case.call(base_url=base_url, headers=headers, timeout=120)
             calls += 1
+            if statuses is not None:
+                statuses[reply.status_code] += 1
             server_errors += reply.status_code >= 500
             path = operation.path.replace("{rollout_id}", session.rollout_id)
             if (problem := answer_problem(path, reply.status_code, reply.content)) and len(problems) < 20:
                 problems.append(f"{operation.method.upper()} {operation.path} {case.body!r:.200}: {problem}")
 
         call()
+
+    for result in schema.get_all_operations():
+        fuzz_operation(result.ok())
     return calls, server_errors, problems
 
 
@@ -346,7 +351,7 @@ def tiny_model() -> Path:
 
 
 def run(quick: bool) -> dict:
-    sessions, max_examples = (1_000, 10) if quick else (10_000, 100)
+    sessions, max_examples = (1_000, 10) if quick else (10_000, 300)
     problems: list[str] = []
     runs = server_errors = 0
     notes = []
