@@ -198,3 +198,15 @@ def test_prometheus_metrics(client: TestClient):
     text = client.get("/metrics").text
     assert 'veri_console_jobs{status="finished"} 1.0' in text and 'veri_console_jobs{status="running"} 0.0' in text
     assert 'veri_console_requests_total{route="/jobs/{job}",status="200"}' in text  # templates, not paths
+
+
+def test_a_job_with_a_log_but_no_index_yet(tmp_path: Path):
+    folder = tmp_path / "jobs" / "starting" / "logs"
+    folder.mkdir(parents=True)
+    (folder / "train.log").write_text("2026-01-01T00:00:00.000Z job starting\n")
+    client = TestClient(create_app(ConsoleSettings(state_dir=tmp_path)))
+    assert client.get("/api/jobs").json()[0]["status"] == "unknown"
+    page = client.get("/jobs/starting")
+    assert page.status_code == 200 and 'id="archive-total">0<' in page.text
+    missing = client.get("/jobs/starting/steps/0/tasks/0/rollouts/0")
+    assert missing.status_code == 404 and "the trainer writes index.sqlite" in missing.text

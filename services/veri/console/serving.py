@@ -73,16 +73,22 @@ class ConsoleService:
 
     @contextlib.contextmanager
     def index(self, job: str) -> Iterator[ArchiveIndex]:
-        with ArchiveIndex(self.layout(job).dir) as index:
+        layout = self.layout(job)
+        if not layout.index.is_file():  # a job whose trainer has not opened its archive yet
+            raise NotFound(f"archive index of job {job!r}", [], "the trainer writes index.sqlite as it starts")
+        with ArchiveIndex(layout.dir) as index:
             yield index
 
     # --- the archive ---------------------------------------------------------------------------------
 
     def archive(self, job: str, page: ArchivePage) -> ArchiveResult:
+        statuses, rules = [s.value for s in RolloutStatus], [r.value for r in Rule]
+        if not self.layout(job).index.is_file():
+            return ArchiveResult(page, [], 0, [], statuses, rules)
         with self.index(job) as index:
             rows, total = index.search_page(page.query, limit=page.per_page, offset=page.offset)
             steps = index.steps_with_rollouts()
-        return ArchiveResult(page, rows, total, steps, [s.value for s in RolloutStatus], [r.value for r in Rule])
+        return ArchiveResult(page, rows, total, steps, statuses, rules)
 
     def same_task(self, job: str, task: int) -> tuple[list[dict[str, Any]], int]:
         """The rollouts of task `task`, step by step (the same-task-across-steps view): the first
