@@ -44,7 +44,7 @@ function startLogs() {
 // --- plots ------------------------------------------------------------------------------------------
 const W = 420, H = 190, PAD = {l: 44, r: 8, t: 8, b: 22};
 
-function frame(box, xs, lo, hi) {
+function frame(box, xs, lo, hi, bands = false) {
   box.replaceChildren();
   const svg = el("svg", {viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img"}, box);
   if (!(hi > lo)) { hi = lo + 1; }
@@ -56,8 +56,10 @@ function frame(box, xs, lo, hi) {
   for (const value of [lo, (lo + hi) / 2, hi]) {
     el("text", {x: PAD.l - 4, y: sy(value) + 4, class: "tick", "text-anchor": "end"}, svg).textContent = +value.toPrecision(3);
   }
-  for (const value of [x0, x1]) {
-    el("text", {x: sx(value), y: H - 6, class: "tick", "text-anchor": "middle"}, svg).textContent = value;
+  const band = (W - PAD.l - PAD.r) / Math.max(xs.length, 1);  // bar plots: a step's label under its bar
+  for (const [value, at] of [[xs[0], 0], [xs[xs.length - 1], xs.length - 1]]) {
+    const x = bands ? PAD.l + (at + 0.5) * band : sx(value);
+    el("text", {x, y: H - 6, class: "tick", "text-anchor": "middle"}, svg).textContent = value;
   }
   return {svg, sx, sy};
 }
@@ -98,7 +100,7 @@ function linePlot(box, xs, series, band) {
 function barPlot(box, xs, stacks) {
   const totals = xs.map((_, j) => stacks.reduce((sum, s) => sum + (Number.isFinite(s.values[j]) ? s.values[j] : 0), 0));
   if (!xs.length) { box.textContent = "no completed step yet"; return; }
-  const {svg, sy} = frame(box, xs, 0, Math.max(...totals, 1));
+  const {svg, sy} = frame(box, xs, 0, Math.max(...totals, 1), true);
   // One band per step inside the axes, so a bar never covers the tick labels.
   const band = (W - PAD.l - PAD.r) / xs.length;
   const width = Math.max(1, band * 0.8);
