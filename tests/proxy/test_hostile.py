@@ -14,9 +14,7 @@ from bench.reliability.scenarios import proxy_hostile as hostile
 from tests.servers import RunningServer
 from veri.proxy.control_client import ControlClient
 
-# CI-sized (the scenario sends 10k tools and opens 10k sessions): still past the tiny model's context.
-TOOLS = 2_000
-SESSIONS = 500
+SESSIONS = 500  # CI-sized: the scenario opens 10k
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +27,7 @@ def _max_model_len(policy: RunningServer) -> int:
     return httpx.get(f"{policy.url}/v1/models", timeout=30).json()["data"][0]["max_model_len"]
 
 
-CASES = hostile.hostile_cases(max_model_len=32768, tools=TOOLS)
+CASES = hostile.hostile_cases(max_model_len=32768, tools=10_000)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])

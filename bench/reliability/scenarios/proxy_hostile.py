@@ -34,6 +34,7 @@ from veri.core.records import SessionInfo  # noqa: E402
 from veri.proxy.anthropic.protocol import MessagesRequest  # noqa: E402
 from veri.proxy.control_client import ControlClient  # noqa: E402
 from veri.proxy.openai.protocol import ChatCompletionRequest, CompletionRequest  # noqa: E402
+from veri.proxy.requests import MAX_TOOLS  # noqa: E402
 from veri.proxy.responses.protocol import ResponsesRequest  # noqa: E402
 from veri.proxy.settings import ProxySettings  # noqa: E402
 
@@ -183,7 +184,12 @@ def hostile_cases(*, max_model_len: int, tools: int, max_body_bytes: int = MAX_B
         Case("prompt over max_model_len (completions)", "/completions", {"prompt": over_context}, 400,
              f"maximum context length is {max_model_len}"),
         Case(f"{tools} tools", "/chat/completions", {"messages": USER, "tools": [_tool(i) for i in range(tools)]},
-             400, "maximum context length"),
+             400, f"at most {MAX_TOOLS} per call"),
+        Case(f"{tools} tools (Anthropic)", "/messages", {"max_tokens": 8, "messages": USER, "tools": [
+            {"name": f"tool_{i}", "input_schema": {"type": "object"}} for i in range(tools)]}, 400,
+             f"at most {MAX_TOOLS} per call"),
+        Case(f"{MAX_TOOLS} tools, the most taken", "/chat/completions",
+             {"messages": USER, "tools": [_tool(i) for i in range(MAX_TOOLS)]}, 200),
     ]
 
 
@@ -359,7 +365,7 @@ def run(quick: bool) -> dict:
         control = ControlClient(url)
         steps: list[tuple[str, Callable[[], tuple[int, int, list[str]]]]] = [
             ("cases", lambda: run_cases(client, control, hostile_cases(
-                max_model_len=max_model_len, tools=2_000 if quick else 10_000))),
+                max_model_len=max_model_len, tools=10_000))),
             ("closed", lambda: (5, 0, closed_session_problems(client, control))),
             ("fuzz", lambda: fuzz(url, control, max_examples=max_examples)),
         ]
