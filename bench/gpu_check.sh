@@ -15,6 +15,7 @@ VERI=.venv/bin/veri
 out=build/gpu-check
 project=veri-gpu-check
 mkdir -p "$out"
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 make --no-print-directory -s venv tiny-model
 [ -f build/models/tiny-vllm/config.json ] || "$VERI" model tiny-vllm --out build/models/tiny-vllm >/dev/null
 
@@ -40,6 +41,8 @@ for sync in $backends; do
       config/url_extract_vllm_cpu.yaml >"$config"
   name=check-$DEVICE-$sync-$(date +%s)
   export VERI_PROJECT=$project VERI_STATE_DIR=$PWD/$out/state VERI_ROLLOUTS_NETWORK=$project-rollouts
+  # Free host ports: a stack of `make up` (8000, 8300) may be running next to this check.
+  export VERI_PROXY_PORT=${VERI_PROXY_PORT:-$(free_port)} VERI_CONSOLE_PORT=${VERI_CONSOLE_PORT:-$(free_port)}
   echo "== $DEVICE, weight sync $sync: make train ($config)"
   started=$SECONDS
   make --no-print-directory train CONFIG="$config" NAME="$name" >"$out/$name.log" 2>&1 \
