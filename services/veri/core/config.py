@@ -66,7 +66,7 @@ class HarnessProtocol(StrEnum):
 
 
 class SamplingConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # a NaN weight or rate poisons training
 
     temperature: float = Field(default=1.0, gt=0, description="proxy sampling and TRL's logprob temperature")
     top_p: float = Field(default=1.0, gt=0, le=1, description="proxy sampling and TRL")
@@ -78,7 +78,7 @@ class SamplingConfig(BaseModel):
 class RewardConfig(BaseModel):
     """One reward function: a Python file or inline source, and its weight in the sum."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # a NaN weight or rate poisons training
 
     file: Path | None = Field(default=None, description="a Python file defining the function")
     source: str | None = Field(default=None, description="inline Python source defining the function")
@@ -96,7 +96,7 @@ class RewardConfig(BaseModel):
 
 
 class JobConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # a NaN weight or rate poisons training
 
     model: Path = Field(description="local transformers model folder (config.json, tokenizer, weights)")
     backend: Backend = Field(default=Backend.VLLM, description="policy server: vllm (GPU) or hf (CPU)")
@@ -192,6 +192,12 @@ def read_config_file(path: Path) -> dict[str, Any]:
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as error:
         problem = Problem("", f"cannot parse: {error}", "fix the syntax at the place named")
         raise ProblemsError(where, [problem]) from error
+    except UnicodeDecodeError as error:
+        problem = Problem("", f"is not UTF-8 text ({error})", "save the job file as UTF-8 text")
+        raise ProblemsError(where, [problem]) from error
+    except RecursionError as error:
+        problem = Problem("", "nests lists or mappings too deeply to read", "write the job as flat `key: value` lines")
+        raise ProblemsError(where, [problem]) from error
     if not isinstance(raw, dict):
         raise ProblemsError(where, [Problem("", "the file is not a mapping of keys", "write `key: value` lines")])
     return raw
@@ -267,6 +273,11 @@ def _structure_problem(error: Any, unknown_key: UnknownKeyFix | None) -> Problem
     if kind == "value_error":  # our own validators write "what is wrong; what to do"
         problem, _, fix = message.partition("; ")
         return Problem(where, problem, fix or "change it")
+    if kind == "path_type":
+        return Problem(where, f"{error['input']!r} is not a path", f"set `{where}` to a path (a string)")
+    if kind == "too_short":
+        return Problem(where, f"{error['input']!r} is too short: {message}",
+                       f"give `{where}` at least {error['ctx']['min_length']} entries")
     wanted = message.removeprefix("Input should be ").split(",")[0]
     if wanted.startswith(("greater", "less")):
         wanted = f"a value {wanted}"

@@ -55,7 +55,8 @@ class HarnessManifest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", description="lowercase image-safe name")
+    # An image name is at most 255 characters, `veri/harness-` and a tag included.
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", max_length=128, description="lowercase image-safe name")
     entrypoint: list[str] = Field(min_length=1, description='argv run from /harness, e.g. ["python", "agent.py"]')
     base_image: str = Field(default="veri/base", description="veri/base, veri/base-claude-agent, or your own")
     protocol: Literal["openai", "anthropic"] = Field(default="openai", description="which SDK the harness speaks")
@@ -82,9 +83,14 @@ def load_manifest(bundle: Path) -> HarnessManifest:
         raise ManifestError(f"{bundle} has no {MANIFEST_FILE}: create one with at least name and entrypoint, e.g.\n"
                             'name = "my_harness"\nentrypoint = ["python", "agent.py"]')
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ManifestError(f"{path}: not valid TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"{path}: not UTF-8 text ({exc})\n    fix: save it as UTF-8 TOML") from exc
+    except RecursionError as exc:
+        raise ManifestError(f"{path}: arrays or tables nest too deeply to read\n    fix: write flat TOML: name,"
+                            " entrypoint, and a [deps] table") from exc
     try:
         manifest = HarnessManifest.model_validate(raw)
     except ValidationError as exc:
