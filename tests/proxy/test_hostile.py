@@ -43,6 +43,10 @@ def test_closed_session_refused_on_every_route(control: ControlClient, client: h
     assert hostile.closed_session_problems(client, control) == []
 
 
+def test_unknown_route_or_method_refused_in_protocol_shape(control: ControlClient, client: httpx.Client) -> None:
+    assert hostile.route_problems(client, control) == []
+
+
 def test_error_shape_check_catches_a_foreign_shape() -> None:
     """The shape check itself: FastAPI's default `{"detail": ...}` and a plain-text 500 are caught."""
     assert hostile.answer_problem("/r/x/v1/chat/completions", 422, b'{"detail": "bad"}') is not None

@@ -199,6 +199,22 @@ def _chunks(data: bytes, size: int = 1 << 20) -> Iterator[bytes]:
         yield data[start : start + size]
 
 
+def route_problems(client: httpx.Client, control: ControlClient) -> list[str]:
+    """No such route, or the wrong method: refused in the protocol's shape, naming the routes there are."""
+    session = control.open_session()
+    headers = {"authorization": f"Bearer {session.api_key}"}
+    problems = []
+    for method, route, status in [("GET", "/chat/completions", 405), ("POST", "/embeddings", 404),
+                                  ("POST", "/messages/batches", 404), ("DELETE", "/responses", 405)]:
+        reply = client.request(method, f"{session.openai_base_url}{route}", headers=headers)
+        problem = answer_problem(f"/v1{route}", reply.status_code, reply.content)
+        if problem is None and (reply.status_code != status or "/v1/chat/completions" not in reply.text):
+            problem = f"{reply.status_code} (expected {status}, naming the routes): {reply.text[:300]}"
+        if problem:
+            problems.append(f"{method} {route}: {problem}")
+    return problems
+
+
 def send(client: httpx.Client, session: SessionInfo, case: Case) -> httpx.Response:
     body = case.body() if callable(case.body) else case.body
     # The stdlib encoder: orjson stops at 255 levels, and deeper nesting is one of the cases.
@@ -367,6 +383,7 @@ def run(quick: bool) -> dict:
             ("cases", lambda: run_cases(client, control, hostile_cases(
                 max_model_len=max_model_len, tools=10_000))),
             ("closed", lambda: (5, 0, closed_session_problems(client, control))),
+            ("routes", lambda: (4, 0, route_problems(client, control))),
             ("fuzz", lambda: fuzz(url, control, max_examples=max_examples)),
         ]
         for label, step in steps:

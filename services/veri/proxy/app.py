@@ -14,6 +14,7 @@ import orjson
 import structlog
 import uvicorn
 from fastapi import FastAPI, Request, Response
+from starlette.exceptions import HTTPException
 
 from veri.core import envs
 from veri.core.metrics import worker_exiting
@@ -21,7 +22,7 @@ from veri.proxy.anthropic.api_router import router as anthropic_router
 from veri.proxy.capture import CaptureService
 from veri.proxy.control.api_router import router as control_router
 from veri.proxy.deps import json_response
-from veri.proxy.errors import ProxyError, anthropic_error_body, openai_error_body
+from veri.proxy.errors import ProxyError, RouteRefused, anthropic_error_body, openai_error_body
 from veri.proxy.metrics import ProxyMetrics
 from veri.proxy.metrics import router as metrics_router
 from veri.proxy.openai.api_router import router as openai_router
@@ -104,6 +105,12 @@ def create_app(settings: ProxySettings) -> FastAPI:
         metrics.refused(error)
         log.info("request refused", path=request.url.path, status=error.status_code, reason=error.message)
         return json_response(body, status_code=error.status_code)
+
+    @app.exception_handler(HTTPException)
+    async def route_refused(request: Request, error: HTTPException) -> Response:
+        # No such route or method: in the protocol's shape too, so an SDK reports it as an API error.
+        return await proxy_error(request, RouteRefused.of(request.method, request.url.path, error.status_code,
+                                                                str(error.detail)))
 
     @app.get("/health")
     async def health() -> dict[str, str]:

@@ -8,6 +8,7 @@
     │   ├── ControlUnauthorized     401  missing / wrong control token
     │   ├── UnknownRollout          404
     │   ├── SessionClosed           409
+    │   ├── RouteRefused            404 / 405  no such route, or not with this method
     │   └── BodyTooLarge            413
     └── ServerError (5xx)
         ├── PolicyUnavailable       503  policy down or erroring; no span is recorded
@@ -65,6 +66,18 @@ class SessionClosed(ClientError):
     status_code = 409
     openai_type = "conflict_error"
     anthropic_type = "invalid_request_error"
+
+
+class RouteRefused(ClientError):
+    openai_type = anthropic_type = "not_found_error"
+
+    @classmethod
+    def of(cls, method: str, path: str, status_code: int, detail: str) -> RouteRefused:
+        what = {404: "no such route", 405: f"{method} is not allowed here"}.get(status_code, detail)
+        error = cls(f"{method} {path}: {what}; a rollout's routes are POST /r/<rollout>/v1/chat/completions, "
+                    "/v1/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens and GET /v1/models")
+        error.status_code = status_code
+        return error
 
 
 class BodyTooLarge(ClientError):
