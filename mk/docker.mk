@@ -59,7 +59,7 @@ base-image: docker
 
 images-clean:
 	-docker image rm $(IMAGE_PREFIX)/trainer-cpu $(IMAGE_PREFIX)/vllm-cpu $(IMAGE_PREFIX)/vllm-cpu-deps \
-		$(IMAGE_PREFIX)/trainer-gpu $(IMAGE_PREFIX)/vllm 2>/dev/null
+		$(IMAGE_PREFIX)/trainer-gpu $(IMAGE_PREFIX)/vllm $(IMAGE_PREFIX)/vllm-gpu-deps 2>/dev/null
 	-docker image rm $(IMAGE_PREFIX)/runtime $(IMAGE_PREFIX)/base-claude-agent $(IMAGE_PREFIX)/base-codex-agent $(IMAGE_PREFIX)/base $(IMAGE_PREFIX)/os-base
 
 # The sandbox tests (tests/sandbox) need dockerd + runsc and the images; verified from scratch

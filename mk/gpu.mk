@@ -1,12 +1,15 @@
-# The GPU images: veri/vllm (the policy: `vllm serve`, TRL's dev-mode routes on) and veri/trainer-gpu
-# (FROM veri/vllm: TRL's NCCL weight sync uses vLLM's own trainer-side helpers, so the trainer needs the
-# very same vLLM; the CUDA layers are shared, not copied). Versions: services/veri/core/pins/gpu-stack.txt.
+# The GPU image: veri/vllm, also tagged veri/trainer-gpu (one image, two roles, like the CPU twin
+# veri/vllm-cpu: the policy runs `vllm serve` with veri's worker extension, the trainer `veri train`;
+# TRL's NCCL weight sync uses vLLM's own trainer-side helpers, so the trainer needs the very same vLLM).
+# Versions: services/veri/core/pins/gpu-stack.txt.
 #   make vendor-gpu        online, once: one resolution of CUDA torch + vLLM + TRL + transformers + the
 #                          trainer's run-time deps (linux x86_64, python $(VENDOR_PYTHON)) into
 #                          vendor/wheels/gpu (several GB: torch's CUDA 13 libraries), + g++ and Python
 #                          headers as .debs (triton and torch.compile build kernels at run time)
 #   make vendor-gpu-check  resolve only (package metadata, no wheel downloads): what vendor-gpu fetches
-#   make images-gpu        both images, offline from vendor/ (not part of make images; no GPU needed to build)
+#   make images-gpu        the image, offline from vendor/ (not part of make images; no GPU needed to build):
+#                          veri/vllm-gpu-deps (the venv, ~9 GB) + veri on top (scripts/docker/images-gpu.sh)
+#   make images-gpu-check  builds it, then checks inside it what needs no GPU (tests/appliance/test_gpu_images.py)
 # vendor-wheels.sh --gpu is the only way CUDA wheels get into vendor/: the CPU images' steps refuse them.
 # TORCH_GPU_INDEX_URL=https://download.pytorch.org/whl/cu129 (say) takes torch from PyTorch's index
 # instead of PyPI's default CUDA build (vLLM's PyPI wheel is built against PyPI's torch: keep the default).
@@ -16,7 +19,7 @@ GPU_DEBS := $(VENDOR)/debs/gpu
 TORCH_GPU_INDEX_URL ?=
 GPU_VENDOR_ARGS = -c $(GPU_PINS_FILE) pip vllm trl[vllm] $(GPU_STACK_REQS) pyproject.toml:$(TRAINER_RUNTIME_DEPS)
 
-.PHONY: vendor-gpu vendor-gpu-check images-gpu gpu-pins-record
+.PHONY: vendor-gpu vendor-gpu-check images-gpu images-gpu-check gpu-pins-record
 
 vendor-gpu: vendor-os
 	@$(DOCKER_ENV) TORCH_GPU_INDEX_URL=$(TORCH_GPU_INDEX_URL) \
@@ -30,6 +33,10 @@ vendor-gpu-check:
 
 images-gpu: docker disk-check vendor-gpu
 	@$(DOCKER_ENV) VLLM_VERSION=$(VLLM_CPU_VERSION) scripts/docker/images-gpu.sh
+
+# Not part of make test (nor CI): vendor-gpu downloads several GB of CUDA wheels per fresh clone.
+images-gpu-check: images-gpu venv
+	@IMAGE_PREFIX=$(IMAGE_PREFIX) $(BIN)/pytest -q -rs -p no:cacheprovider tests/appliance/test_gpu_images.py
 
 # The requirements of the packages whose pins must agree (vllm, vllm-cpu, trl, transformers, peft), from
 # the vendored wheels' metadata, recorded next to the pins file: `veri validate` checks the pins against
