@@ -149,6 +149,10 @@ def hostile_cases(*, max_model_len: int, tools: int, max_body_bytes: int = MAX_B
                  {"role": "tool", "tool_call_id": "call_1", "content": "ok"}]}, 200),  # history, as the harness kept it
         Case("Anthropic content a number", "/messages", {"max_tokens": 8, "messages": [
             {"role": "user", "content": 7}]}, 400, "content"),
+        Case("Anthropic content an empty list", "/messages", {"max_tokens": 8, "messages": [
+            {"role": "user", "content": []}]}, 400, "no message has any content"),
+        Case("count_tokens of no content", "/messages/count_tokens", {"messages": [{"role": "user", "content": []}]},
+             400, "no message has any content"),
         Case("Responses input a number", "/responses", {"input": 12}, 400, "input"),
         Case("completions prompt a dict", "/completions", {"prompt": {"a": 1}}, 400, "prompt"),
         Case("completions prompt ids out of the vocabulary", "/completions", {"prompt": [10**9, -5]}, 400, ""),

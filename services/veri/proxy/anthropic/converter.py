@@ -20,6 +20,8 @@ def to_chat_turn(request: MessagesRequest) -> ChatTurn:
     messages = _system_messages(request.system)
     for index, message in enumerate(request.messages):
         messages.extend(_convert_message(index, message))
+    if not messages:  # e.g. one user message with `content: []`: the renderer has nothing to render
+        raise InvalidRequest("messages: no message has any content; send at least one text block", param="messages")
     tools = _convert_tools(request.tools)
     return ChatTurn(
         messages=messages,
