@@ -35,8 +35,10 @@ def test_hostile_request_gets_its_answer(case: hostile.Case, proxy: RunningServe
                                          control: ControlClient, client: httpx.Client) -> None:
     # The cases are built for 32768 tokens of context: the tiny model's, checked here.
     assert _max_model_len(scripted_policy) == 32768
-    reply = hostile.send(client, control.open_session(), case)
+    session = control.open_session()
+    reply = hostile.send(client, session, case)
     assert hostile.case_problem(case, reply) is None, hostile.case_problem(case, reply)
+    assert hostile.span_problem(control, session, case, reply.status_code) is None
 
 
 def test_closed_session_refused_on_every_route(control: ControlClient, client: httpx.Client) -> None:

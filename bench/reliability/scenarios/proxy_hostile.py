@@ -242,11 +242,25 @@ def run_cases(client: httpx.Client, control: ControlClient, cases: list[Case]) -
     """Each case on a fresh session: (cases run, 5xx seen, problems)."""
     problems, server_errors = [], 0
     for case in cases:
-        reply = send(client, control.open_session(), case)
+        session = control.open_session()
+        reply = send(client, session, case)
         server_errors += reply.status_code >= 500
-        if problem := case_problem(case, reply):
+        if problem := case_problem(case, reply) or span_problem(control, session, case, reply.status_code):
             problems.append(problem)
     return len(cases), server_errors, problems
+
+
+SPAN_LOST = "no span recorded"
+
+
+def span_problem(control: ControlClient, session: SessionInfo, case: Case, status: int) -> str | None:
+    """A sampled answer has its one span; a refusal (and count_tokens) leaves none."""
+    expected = 1 if status == 200 and case.route != "/messages/count_tokens" else 0
+    found = len(control.spans(session.rollout_id))
+    if found == expected:
+        return None
+    what = SPAN_LOST if found < expected else f"{found} spans"
+    return f"{case.name}: {what} for a {status}"
 
 
 def closed_session_problems(client: httpx.Client, control: ControlClient) -> list[str]:
@@ -400,7 +414,8 @@ def run(quick: bool) -> dict:
         runs += sessions
         problems += found
         notes.append(f"{sessions} open sessions: RSS {before:.0f} -> {after:.0f} MB")
-    return {"scenario": NAME, "runs": runs, "outcome": "fail" if problems else "pass", "spans_lost": 0,
+    spans_lost = sum(SPAN_LOST in problem for problem in problems)
+    return {"scenario": NAME, "runs": runs, "outcome": "fail" if problems else "pass", "spans_lost": spans_lost,
             "5xx": server_errors, "escapes": 0, "notes": "; ".join(notes + problems[:5])}
 
 
