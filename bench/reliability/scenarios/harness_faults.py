@@ -54,7 +54,7 @@ QUICK_MIX = [
     ["ok", "crash", "hang", "fork", "memhog", "spam"],
     ["ok", "crash_early", "spam", "ok", "fork", "ok"],
 ]
-FULL_MIX = [  # 64 rollouts: 28 ok, 10 spam (2 of them gigabytes), 8 fork, 6 hang, 6 crash (3 early), 4 memhog
+FULL_MIX = [  # 64 rollouts: 27 ok, 10 spam (2 without end), 8 fork, 7 hang, 8 crash (4 early), 4 memhog
     ["ok", "crash", "hang", "fork", "memhog", "spam", "ok", "ok"],
     ["ok", "crash_early", "spam", "ok", "fork", "hang", "ok", "spam_huge"],
     ["ok", "ok", "crash", "fork", "spam", "ok", "hang", "ok"],
@@ -84,7 +84,7 @@ EVIDENCE: dict[str, Callable[[str], bool]] = {
     "fork": lambda log: "fork refused after" in log,
     "memhog": lambda log: "not killed" not in log and ("MemoryError" in log or "memory limit" in log),
     "spam": lambda log: "LAST LINE" in log and "earlier bytes dropped" in log,
-    "spam_huge": lambda log: "not killed" not in log and "stdout + stderr passed" in log,
+    "spam_huge": lambda log: "stdout + stderr passed" in log,
 }
 
 REWARD = '''
@@ -118,11 +118,10 @@ def mix_for(quick: bool) -> list[list[str]]:
     return QUICK_MIX if quick else FULL_MIX
 
 
-def write_job(folder: Path, model: Path, mix: list[list[str]], *, spam_mib: int, spam_huge_mib: int,
-              max_parallel: int) -> Path:
+def write_job(folder: Path, model: Path, mix: list[list[str]], *, spam_mib: int, max_parallel: int) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    rows = [{"prompt": f"Say something about task {i}.", "faults": faults, "spam_mib": spam_mib,
-             "spam_huge_mib": spam_huge_mib} for i, faults in enumerate(mix)]
+    rows = [{"prompt": f"Say something about task {i}.", "faults": faults, "spam_mib": spam_mib}
+            for i, faults in enumerate(mix)]
     (folder / "tasks.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     (folder / "reward.py").write_text(REWARD)
     rollouts = sum(len(faults) for faults in mix)
@@ -261,12 +260,12 @@ def _wait_healthy(url: str, container: Any) -> None:
 
 
 def run_step(*, docker_client: Any, model: Path, stack: FaultsStack, image: str, workdir: Path, quick: bool,
-             spam_mib: int | None = None, spam_huge_mib: int | None = None) -> StepReport:
+             spam_mib: int | None = None) -> StepReport:
     """One `veri train` step over the mix, through the stack's launcher; the checked report."""
     mix = mix_for(quick)
     job_name = f"harness-faults-{uuid.uuid4().hex[:6]}"
     job = write_job(workdir, model, mix, spam_mib=spam_mib or (128 if quick else 512),
-                    spam_huge_mib=spam_huge_mib or 3072, max_parallel=12 if quick else 16)
+                    max_parallel=12 if quick else 16)
     command = [sys.executable, "-m", "veri.cli", "train", str(job), "--base-dir", str(workdir), "--name", job_name,
                "--output", str(workdir / "jobs"), "--proxy-url", stack.proxy_url, "--policy-url", stack.policy_url,
                "--sandbox", "launcher", "--launcher-url", stack.launcher_url, "--image", image,
@@ -316,7 +315,9 @@ def _check_archive(report: StepReport, job_dir: Path, outputs: Path) -> None:
         if len(text.encode()) > LOG_BOUND_BYTES:
             report.problems.append(f"{where}: its harness log holds {len(text.encode())} bytes")
         if fault in EVIDENCE and not EVIDENCE[fault](text):
-            report.problems.append(f"{where}: its log does not show the fault: {text[-600:]!r}")
+            first_line, _, rest = text.partition("\n")
+            stderr = rest.rpartition("--- stderr (tail) ---")[2]
+            report.problems.append(f"{where}: its log does not show the fault: {first_line}; stderr {stderr[-300:]!r}")
         if (outputs / record.rollout_id / "calls").is_file() and not record.spans:
             report.spans_lost += 1
             report.problems.append(f"{where}: the harness got an answer but the record has no span")
