@@ -10,7 +10,7 @@ from tokenizers import Tokenizer
 
 from tests.core.spans import make_span
 from veri.core.episodes import RolloutStatus, Rule, Verdict, build_episode
-from veri.core.records import Span
+from veri.core.records import Span, ToolCallFailure, ToolCallParseFailure
 from veri.core.rollouts import RewardOutcome, RolloutRecord
 from veri.trainer.archive import JobArchive, step_metrics
 
@@ -47,6 +47,17 @@ def rewritten_rollout(tok: Tokens, version: int) -> list[Span]:
     return [first, second]
 
 
+def with_failed_tool_call(spans: list[Span]) -> list[Span]:
+    """The first call's reply also held a tool call that did not parse (the harness got it as text), and the
+    client retried that call once before it left a span and re-sent it once after."""
+    spans[0].tool_call_failures = [ToolCallParseFailure(
+        kind=ToolCallFailure.INVALID_JSON, name="fetch", raw='<tool_call>{"name": "fetch", "arguments": {page: 0}',
+        sent_as="text")]
+    spans[0].client_retry_count = 1
+    spans[0].retried_at = [spans[0].started_at + 30.0]
+    return spans
+
+
 def record(task: int, index: int, spans: list[Span], *, reward: float | None = None, status=RolloutStatus.COMPLETED,
            reward_error: bool = False) -> RolloutRecord:
     exit_code = {RolloutStatus.COMPLETED: 0, RolloutStatus.FAILED: 1}.get(status)
@@ -67,7 +78,8 @@ def record(task: int, index: int, spans: list[Span], *, reward: float | None = N
 def step_records(tok: Tokens, step: int) -> list[RolloutRecord]:
     return [
         record(0, 0, tool_rollout(tok, 0, 0, "The URL is https://site.test/0", step), reward=1.0),
-        record(0, 1, tool_rollout(tok, 0, 1, f"I could not find it (step {step})", step), reward=0.0),
+        record(0, 1, with_failed_tool_call(tool_rollout(tok, 0, 1, f"I could not find it (step {step})", step)),
+               reward=0.0),
         record(1, 0, rewritten_rollout(tok, step), reward=0.5),  # history_rewritten: degraded, trained
         record(1, 1, tool_rollout(tok, 1, 1, "crash", step), status=RolloutStatus.FAILED),  # masked
         record(2, 0, tool_rollout(tok, 2, 0, "The URL is https://site.test/2", step), reward_error=True),  # masked

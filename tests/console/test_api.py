@@ -40,6 +40,13 @@ def test_jobs_list_and_job_page(client: TestClient):
     assert len(re.findall(r'class="rollout-row"', job)) == 12
     metrics = client.get("/api/jobs/demo/metrics").json()
     assert [line["step"] for line in metrics["metrics"]] == [0, 1] and metrics["status"] == "finished"
+    # one unparsed tool call per step, of 5 written (4 clean calls in the tool rollouts + the one sent as text)
+    assert [line["tool_calls/parse_failure_rate"] for line in metrics["metrics"]] == [0.2, 0.2]
+    assert 'id="plot-parse-failures"' in job
+    counts = re.findall(r'<tr class="tool-call-step"><td>(\d+)</td><td>(\d+)</td><td>(\d+)</td>\s*<td>([^<]*)</td>'
+                        r'\s*<td>([^<]*)</td>', job)
+    assert [(s, a, f, r, k.strip()) for s, a, f, r, k in counts] == [
+        ("0", "5", "1", "20.0%", "invalid_json 1"), ("1", "5", "1", "20.0%", "invalid_json 1")]
 
 
 def test_archive_facets_filters_sort_and_pages(client: TestClient):
@@ -69,6 +76,13 @@ def test_trajectory_view(client: TestClient):
     assert "tool call <code>fetch</code>" in page and "(result of call_1)" in page  # the tool call and its result
     assert "https://site.test/0" in page and "reward <strong>1</strong>" in page and "match 1" in page
     assert "bridged" in page and "policy v1" in page and "step 1 task 0" in page  # prompt_source, version, .log
+    unparsed = client.get(ROLLOUT.format(step=1, task=0, rollout=1)).text  # a span with a failed tool call
+    assert "1 of 2 tool calls unparsed (invalid_json 1)" in unparsed
+    span_zero = unparsed.split('id="span-0"')[1].split('id="span-1"')[0]
+    assert "tool call invalid_json</span> <code>fetch</code> (the harness got it as text)" in span_zero
+    assert "{&#34;name&#34;: &#34;fetch&#34;, &#34;arguments&#34;: {page: 0}" in span_zero  # the raw text
+    assert "client retry 1" in span_zero and "re-sent 1&times;" in span_zero
+    assert "tool call invalid_json" not in page and "client retry" not in page and "re-sent" not in page
     failed = client.get(ROLLOUT.format(step=0, task=1, rollout=1)).text
     assert "harness_failed" in failed and "what to do: read the rollout&#39;s log" in failed and "masked" in failed
 

@@ -38,7 +38,7 @@ def job_page(request: Request, job: str) -> HTMLResponse:
     console = service(request)
     summary, info = console.job(job)
     archive = console.archive(job, ArchivePage.from_params(request.query_params))
-    return render(request, "job.html", job=summary, info=info, archive=archive)
+    return render(request, "job.html", job=summary, info=info, archive=archive, metrics=console.metrics(job))
 
 
 @router.get("/jobs/{job}/archive", response_class=HTMLResponse)

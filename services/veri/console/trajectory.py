@@ -33,6 +33,10 @@ class SpanView:
     earlier_messages: int  # messages already shown with an earlier span
     messages: list[dict[str, Any]] = field(default_factory=list)  # the ones new in this call
     reply: dict[str, Any] = field(default_factory=dict)
+    # tool calls the renderer could not parse: {kind, name, raw, sent_as} (issue 12: name them, with the text)
+    tool_call_failures: list[dict[str, Any]] = field(default_factory=list)
+    client_retry_count: int | None = None  # the client's own count: earlier attempts that left no span
+    resent: int = 0  # times the client re-sent this request and got this span's answer again
 
 
 @dataclass
@@ -74,6 +78,8 @@ def _span_view(span: Span, record: RolloutRecord, new: list[dict[str, Any]], ear
         duration_s=span.duration_s, finish_reason=span.finish_reason, prompt_tokens=len(span.prompt_token_ids),
         completion_tokens=len(span.completion_token_ids), earlier_messages=earlier,
         messages=[message_view(message) for message in new], reply=message_view(span.reply_message),
+        tool_call_failures=[failure.model_dump(mode="json") for failure in span.tool_call_failures],
+        client_retry_count=span.client_retry_count, resent=len(span.retried_at),
     )
 
 

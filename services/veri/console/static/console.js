@@ -140,6 +140,8 @@ function drawPlots(metrics) {
   linePlot(document.getElementById("plot-turns"), xs, [{name: "mean", values: col("turns/mean")}, {name: "max", values: col("turns/max")}]);
   barPlot(document.getElementById("plot-time"), xs, ["rollout", "reward", "train", "weight_sync"]
     .map((name) => ({name, values: col(`time/${name}_s`)})));
+  linePlot(document.getElementById("plot-parse-failures"), xs,
+    [{name: "parse failure rate", values: col("tool_calls/parse_failure_rate")}]);
   const replicas = prefixed("replica/").filter((k) => k.endsWith("/prefix_cache_hit_rate"));
   if (replicas.length) {
     const box = document.getElementById("plot-replicas");
