@@ -16,8 +16,8 @@ from veri.replay.recording import Recording
 from veri.replay.runner import serve_in_thread
 
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
-# Every demo bundle's traffic and the SDKs' own loops; the Codex bundle's joins once it lands (README.md).
-EXPECTED = ["anthropic_sdk", "openai_responses", "url_extract_claude", "url_extract_openai"]
+# Every demo bundle's traffic and the SDKs' own loops.
+EXPECTED = ["anthropic_sdk", "openai_responses", "url_extract_claude", "url_extract_codex", "url_extract_openai"]
 
 
 @pytest.fixture

@@ -4,11 +4,12 @@
 
 Starts what tests/demo/ starts (the web fixture, `veri serve policy` on the tiny model with scripted
 replies, `veri serve proxy --record-requests`), runs each harness unmodified against it (the demo
-bundles as subprocesses with the rollout environment, the real `claude` binary; the Anthropic SDK
-and the OpenAI SDK's Responses API in this process), then writes each rollout with `record_rollout`
+bundles as subprocesses with the rollout environment, with the real `claude` and `codex` binaries; the
+Anthropic SDK and the OpenAI SDK's Responses API in this process), then writes each rollout with `record_rollout`
 (what `veri replay record` does).
 Run it when a change to rendering, bridging or masking is intended, and commit the new files with
-the change. Needs `make tiny-model` (or $VERI_TINY_MODEL) and, for Claude Code, `make claude-code`.
+the change. Needs `make tiny-model` (or $VERI_TINY_MODEL) and, for Claude Code and Codex,
+`make claude-code` and `make codex`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import anthropic
 import openai
 
 from tests.demo.conftest import CLAUDE_PAGE, OPENAI_PAGE, answer_rule, fetch_rule, run_bundle, tool_call
+from tests.demo.test_codex_bundle import CODEX_PAGE
 from tests.proxy.conftest import SCRIPT, fake_weather, proxy_args
 from tests.servers import RunningServer, start_server
 from veri.core.config import RewardConfig
@@ -123,19 +125,22 @@ def main() -> None:
     model = tiny_model()
     with start_server(["serve", "webfixture"]) as webfixture, tempfile.TemporaryDirectory() as folder:
         openai_task, claude_task = task(OPENAI_PAGE, base=webfixture.url), task(CLAUDE_PAGE, base=webfixture.url)
+        codex_task = task(CODEX_PAGE, base=webfixture.url)
         demos = {
             "url_extract_openai": bundle_demo("url_extract_openai", openai_task),
             "url_extract_claude": bundle_demo("url_extract_claude", claude_task),
+            "url_extract_codex": bundle_demo("url_extract_codex", codex_task),
             "anthropic_sdk": anthropic_sdk,
             "openai_responses": openai_responses,
         }
         unknown = sorted(set(args.names) - set(demos))
         if unknown:
             sys.exit(f"unknown recordings {unknown}: choose from {sorted(demos)}")
-        rules = [answer_rule(openai_task), answer_rule(claude_task),
+        rules = [answer_rule(openai_task), answer_rule(claude_task), answer_rule(codex_task),
                  fetch_rule(openai_task, tool_call("fetch_url", {"url": openai_task["url"]})),
                  fetch_rule(claude_task, tool_call("Bash", {"command": f"curl -s {claude_task['url']}",
                                                             "description": "Fetch the page"})),
+                 fetch_rule(codex_task, tool_call("exec_command", {"cmd": f"curl -s {codex_task['url']}"})),
                  *SCRIPT]
         script = Path(folder) / "script.json"
         script.write_text(json.dumps(rules))
