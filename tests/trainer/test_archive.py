@@ -470,21 +470,56 @@ def test_search_filters_sorts_and_finds(archive: JobArchive):
         RolloutQuery(sort="nonsense")
 
 
+def test_text_search_is_a_substring_through_the_full_text_index(archive: JobArchive):
+    from veri.trainer.archive import RolloutQuery
+    from veri.trainer.archive.index import IndexWriter, index_row
+
+    answers = ['He said "go" at 10:30; see a*b.', "École fermée", "the URL is https://a.example/x", "ok"]
+    for task, text in enumerate(answers):
+        archive.write_rollout(0, record(task, 0, [make_span(0, [1, 2], [3, 99], reply=text)], reward=1.0))
+    with ArchiveIndex(archive.dir) as index:
+        def tasks(text: str, **more) -> list[int]:
+            return [row["task_index"] for row in index.search(RolloutQuery(text=text, **more))]
+
+        plan = " ".join(row[-1] for row in index.db.execute(
+            f"EXPLAIN QUERY PLAN SELECT * FROM rollouts{RolloutQuery(text='url').where()[0]}", ["\"url\""]))
+        assert "VIRTUAL TABLE INDEX" in plan  # the text goes through answers, not a scan of final_answer
+        assert tasks("rl is https://a.ex") == [2]  # inside words, across spaces and punctuation
+        assert tasks("URL") == [2] and tasks("url", step_min=1) == []  # with the other filters
+        assert tasks('"go"') == [0] and tasks('said "go" at') == [0]  # quotes are plain characters
+        assert tasks("a*b") == [0] and tasks("10:30") == [0] and tasks("OR") == []  # no FTS5 syntax
+        assert tasks("url  is") == [] and tasks("the url is https://a.example/xy") == []  # exact substring
+        assert tasks("éCOLE FERMÉE") == [1]  # case folds beyond A-Z in the index
+        assert tasks("ok") == [3] and tasks("OK") == [3] and tasks("k") == [3]  # under 3 characters: a scan
+    writer = IndexWriter(archive.dir / "index.sqlite")  # a rewritten rollout and dropped steps leave no trace
+    rewritten = record(2, 0, [make_span(0, [1], [3, 99], reply="replaced")])
+    writer.upsert_rollout(index_row(0, rewritten, "trajectories/step-0/task-2/rollout-0.json"))
+    with ArchiveIndex(archive.dir) as index:
+        assert [r["task_index"] for r in index.search(RolloutQuery(text="URL"))] == []
+        assert [r["task_index"] for r in index.search(RolloutQuery(text="replaced"))] == [2]
+    writer.drop_steps_after(-1)
+    writer.db.execute("INSERT INTO answers (answers) VALUES ('integrity-check')")  # raises if out of step
+    assert writer.db.execute("SELECT COUNT(*) FROM answers WHERE answers MATCH '\"ole\"'").fetchone()[0] == 0
+    writer.close()
+
+
 def test_an_index_of_the_old_schema_is_refused_by_readers_and_rebuilt_by_the_trainer(tmp_path: Path):
-    from veri.trainer.archive import IndexOutdated
+    from veri.trainer.archive import IndexOutdated, RolloutQuery
 
     root = tmp_path / "archive"
     with JobArchive(root, "job-1") as archive:
         write_step(archive, 0)
-    db = sqlite3.connect(root / "job-1" / "index.sqlite")
-    db.execute("ALTER TABLE rollouts DROP COLUMN final_answer")
-    db.execute("PRAGMA user_version = 1")
-    db.commit()
+    db = sqlite3.connect(root / "job-1" / "index.sqlite")  # as schema 2 wrote it: no full-text index
+    db.executescript("DROP TRIGGER answers_after_insert; DROP TRIGGER answers_after_delete;"
+                     " DROP TRIGGER answers_after_update; DROP TABLE answers; PRAGMA user_version = 2;")
     db.close()
-    with pytest.raises(IndexOutdated, match="schema 1, this veri reads 2: rebuild it"):
+    with pytest.raises(IndexOutdated, match="schema 2, this veri reads 3: rebuild it"):
         ArchiveIndex(root / "job-1")
     with JobArchive(root, "job-1") as archive:  # the trainer rebuilds it from the files
         assert len(archive.rollouts(step=0)) == 6
+        archive.write_rollout(1, record(0, 0, [make_span(0, [1, 2], [3, 99], reply="found after the rebuild")]))
+    with ArchiveIndex(root / "job-1") as index:
+        assert [row["step"] for row in index.search(RolloutQuery(text="AFTER THE REBUILD"))] == [1]
 
 
 @pytest.mark.parametrize(("raised", "status"), [(None, "finished"), (KeyboardInterrupt, "stopped"),

@@ -9,6 +9,9 @@
         policy_version: the highest version over its spans (NULL without spans); policy_versions: all, "3,4"
         path: the rollout file relative to the archive folder ("trajectories/step-0/task-1/rollout-2.json")
         final_answer: the text of the last span's reply (the first FINAL_ANSWER_CHARS), for text search
+    answers(final_answer)
+        FTS5 over rollouts.final_answer (external content: the text is stored once, in rollouts; triggers
+        keep the index in step), trigram tokenizer, so a query is a substring, not a word: see RolloutQuery
     steps(step, metrics)
         one row per line of metrics.jsonl (metrics: that line's JSON): the completed steps
 
@@ -17,7 +20,8 @@ The trainer writes it (`IndexWriter`, one connection, a commit per row); the con
 uses SQLite's default rollback journal (no WAL), because WAL needs a writable folder even to read.
 
 Schema versions (PRAGMA user_version): 1 had no final_answer; 2 adds it and the indexes the console's
-filters and sorts use. The index is rebuilt from the files, never migrated: the trainer's `JobArchive`
+filters and sorts use; 3 adds the answers full-text index (2 scanned every row of the range for text).
+The index is rebuilt from the files, never migrated: the trainer's `JobArchive`
 rebuilds an older one when it opens the archive, `rebuild_index` does it by hand, and `ArchiveIndex`
 refuses one it cannot read with that fix in the message.
 """
@@ -33,7 +37,7 @@ from typing import Any, Self
 from veri.core.rollouts import RolloutRecord
 from veri.trainer.archive.layout import ArchiveLayout, read_metrics
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FINAL_ANSWER_CHARS = 4000
 BUSY_TIMEOUT_MS = 10_000
 SCHEMA = """
@@ -61,12 +65,26 @@ CREATE INDEX IF NOT EXISTS rollouts_by_id ON rollouts (rollout_id);
 CREATE INDEX IF NOT EXISTS rollouts_by_task ON rollouts (task_index, step);
 CREATE INDEX IF NOT EXISTS rollouts_by_reward ON rollouts (step, reward);
 CREATE TABLE IF NOT EXISTS steps (step INTEGER PRIMARY KEY, metrics TEXT NOT NULL);
+CREATE VIRTUAL TABLE IF NOT EXISTS answers USING fts5(
+    final_answer, content='rollouts', content_rowid='rowid', tokenize='trigram'
+);
+CREATE TRIGGER IF NOT EXISTS answers_after_insert AFTER INSERT ON rollouts BEGIN
+    INSERT INTO answers (rowid, final_answer) VALUES (new.rowid, new.final_answer);
+END;
+CREATE TRIGGER IF NOT EXISTS answers_after_delete AFTER DELETE ON rollouts BEGIN
+    INSERT INTO answers (answers, rowid, final_answer) VALUES ('delete', old.rowid, old.final_answer);
+END;
+CREATE TRIGGER IF NOT EXISTS answers_after_update AFTER UPDATE ON rollouts BEGIN
+    INSERT INTO answers (answers, rowid, final_answer) VALUES ('delete', old.rowid, old.final_answer);
+    INSERT INTO answers (rowid, final_answer) VALUES (new.rowid, new.final_answer);
+END;
 """
 COLUMNS = (
     "step", "task_index", "rollout_index", "rollout_id", "status", "reward", "trainable", "verdicts", "turns",
     "prompt_tokens", "completion_tokens", "environment_tokens", "policy_version", "policy_versions", "path",
     "final_answer",
 )
+TRIGRAM = 3  # characters: a shorter text cannot use the trigram index (it is matched by a scan)
 # The orders the console offers: name -> ORDER BY (ties broken by position, so pages are stable).
 SORTS = {
     "step": "step, task_index, rollout_index",
@@ -126,6 +144,9 @@ class IndexWriter:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        # INSERT OR REPLACE deletes the old row without firing delete triggers unless this is on, which
+        # would leave the replaced answer in the full-text index
+        self.db.execute("PRAGMA recursive_triggers = ON")
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
         if version not in (0, SCHEMA_VERSION):
             raise sqlite3.DatabaseError(f"index schema version {version}, this veri writes {SCHEMA_VERSION}")
@@ -320,8 +341,12 @@ class IndexOutdated(sqlite3.DatabaseError):
 class RolloutQuery:
     """Which rollouts, and in what order. Every field is optional; bounds are inclusive.
 
-    rule: rollouts where that rule fired; text: a case-insensitive substring of the final answer;
-    sort: a key of SORTS.
+    rule: rollouts where that rule fired; sort: a key of SORTS.
+    text: a substring of the final answer (its first FINAL_ANSWER_CHARS), case-insensitive, spaces and
+    punctuation included as typed ("url is" matches "The URL is https://..."; no words, operators or
+    wildcards: "%", "_", "*", quotes are plain characters). From TRIGRAM characters on it is looked up in
+    the answers full-text index (trigram, so any substring is found, and case folds for any alphabet);
+    a shorter text is a LIKE scan of the rows the other filters leave (case folds for A-Z only).
     """
 
     step_min: int | None = None
@@ -361,7 +386,10 @@ class RolloutQuery:
         add("reward <= ?", self.reward_max)
         add("task_index = ?", self.task_index)
         add("trainable = ?", None if self.trainable is None else int(self.trainable))
-        if self.text:
+        if self.text and len(self.text) >= TRIGRAM:
+            phrase = '"' + self.text.replace('"', '""') + '"'  # one FTS5 string: consecutive trigrams
+            add("rowid IN (SELECT rowid FROM answers WHERE answers MATCH ?)", phrase)
+        elif self.text:
             escaped = self.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             add("final_answer LIKE ? ESCAPE '\\'", f"%{escaped}%")
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
