@@ -10,6 +10,8 @@ the index, not the files), 500 metrics lines (`step_metrics` of real records), j
     job page           /jobs/<job> (config, facet choices, archive page 1)        target < 300 ms
     filtered archive   step range + status + reward range + final-answer text,
                        sorted by reward, page 3                                  target < 300 ms
+                       ("URL": in a third of the rows; the rare-text row: 3 rows, where the FTS5
+                       index pays off)
     token view         the 16k-token rollout's /tokens page                       target < 500 ms
     (and, for reference: /api/.../metrics, the same-task view, the jobs list)
 
@@ -119,6 +121,8 @@ def main() -> int:
             "job page": "/jobs/bench",
             "filtered archive": filtered,
             "filtered archive (fragment)": filtered.replace("/jobs/bench?", "/jobs/bench/archive?"),
+            "filtered, rare text (fragment)": filtered.replace("/jobs/bench?", "/jobs/bench/archive?")
+            .replace("q=URL", "q=step+250%2C+task+3").replace("page=3", "page=1"),
             "token view (16k tokens)": "/jobs/bench/steps/0/tasks/0/rollouts/0/tokens",
             "metrics JSON (plots)": "/api/jobs/bench/metrics",
             "same task across steps": "/jobs/bench/tasks/7",

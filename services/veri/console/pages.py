@@ -18,6 +18,7 @@ from veri.trainer.archive.status import JobStatus
 
 router = APIRouter()
 ROLLOUT = "/jobs/{job}/steps/{step}/tasks/{task}/rollouts/{rollout}"
+RECENT_STEPS = 20  # steps in the job page's tool-call table (the plot has them all)
 
 
 def service(request: Request) -> ConsoleService:
@@ -38,7 +39,8 @@ def job_page(request: Request, job: str) -> HTMLResponse:
     console = service(request)
     summary, info = console.job(job)
     archive = console.archive(job, ArchivePage.from_params(request.query_params))
-    return render(request, "job.html", job=summary, info=info, archive=archive, metrics=console.metrics(job))
+    return render(request, "job.html", job=summary, info=info, archive=archive,
+                  recent_metrics=console.recent_metrics(job, RECENT_STEPS))
 
 
 @router.get("/jobs/{job}/archive", response_class=HTMLResponse)

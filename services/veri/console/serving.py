@@ -71,6 +71,13 @@ class ConsoleService:
     def metrics(self, job: str) -> list[dict[str, Any]]:
         return read_metrics(self.layout(job).metrics)
 
+    def recent_metrics(self, job: str, steps: int) -> list[dict[str, Any]]:
+        """The last `steps` metrics lines, from the index ([] before the trainer has written one)."""
+        if not self.layout(job).index.is_file():
+            return []
+        with self.index(job) as index:
+            return index.recent_metrics(steps)
+
     @contextlib.contextmanager
     def index(self, job: str) -> Iterator[ArchiveIndex]:
         layout = self.layout(job)

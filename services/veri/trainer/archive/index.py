@@ -263,6 +263,11 @@ class ArchiveIndex:
             entry |= {"complete": True, "metrics": json.loads(metrics)}
         return [steps[step] for step in sorted(steps)]
 
+    def recent_metrics(self, steps: int) -> list[dict[str, Any]]:
+        """The metrics lines of the last `steps` completed steps, ascending (without reading metrics.jsonl)."""
+        rows = self.db.execute("SELECT metrics FROM steps ORDER BY step DESC LIMIT ?", (steps,)).fetchall()
+        return [json.loads(metrics) for (metrics,) in reversed(rows)]
+
     def rollouts(
         self,
         step: int | None = None,
