@@ -12,7 +12,7 @@ import pytest
 
 from tests.prometheus import Scrape
 from tests.proxy.conftest import proxy_args
-from tests.proxy.test_openai_sdk import _FreshClients, _run_tool_loop, client_for
+from tests.proxy.test_openai_sdk import _AlternatingClients, _connections_to_each_worker, _run_tool_loop, client_for
 from tests.servers import start_server
 from veri.proxy.app import WORKER_PID_HEADER, create_app
 from veri.proxy.control_client import ControlClient
@@ -40,9 +40,12 @@ def test_two_workers_sum_what_the_sdks_did(scripted_policy, tiny_model, tmp_path
         control = ControlClient(proxy.url)
         # OpenAI: four tool loops, three calls each (the first rendered, the next two bridged).
         sessions = [control.open_session() for _ in range(4)]
-        loops = [_FreshClients(session) for session in sessions]
+        pinned = _connections_to_each_worker(sessions[0])
+        loops = [_AlternatingClients(session, pinned) for session in sessions]
         for loop in loops:
             assert _run_tool_loop(loop, stream=False) == ["Paris is sunny and London is rainy."]
+        for client in pinned.values():
+            client.close()
         # Anthropic: two sessions, one message each.
         for _ in range(2):
             session = control.open_session()
@@ -90,7 +93,8 @@ def test_two_workers_sum_what_the_sdks_did(scripted_policy, tiny_model, tmp_path
         # Bounded labels: route templates, never a rollout id or a key.
         assert scrape.label_values("veri_proxy_requests_total", "route") <= {
             CHAT_ROUTE, MESSAGES_ROUTE, COMPLETIONS_ROUTE, "/health", "/control/sessions",
-            "/control/sessions/{rollout_id}/close", "/control/sessions/{rollout_id}/spans"}
+            "/control/sessions/{rollout_id}/close", "/control/sessions/{rollout_id}/spans",
+            "/r/{rollout_id}/v1/models"}  # the probes that found a connection to each worker
         for secret in [s.rollout_id for s in sessions] + [s.api_key for s in sessions]:
             assert secret not in scrape.text
 

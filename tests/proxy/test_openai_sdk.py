@@ -153,34 +153,53 @@ def test_several_workers_share_sessions_through_the_store(scripted_policy, tiny_
 
     with start_server(proxy_args(scripted_policy.url, tiny_model, tmp_path, "--workers", "2")) as multi:
         control = ControlClient(multi.url)
-        sessions = [control.open_session() for _ in range(4)]
-        clients = [_FreshClients(session) for session in sessions]
+        sessions = [control.open_session() for _ in range(2)]
+        pinned = _connections_to_each_worker(sessions[0])
+        clients = [_AlternatingClients(session, pinned) for session in sessions]
         for client in clients:
             assert _run_tool_loop(client, stream=False) == ["Paris is sunny and London is rainy."]
         for session in sessions:
             spans = control.spans(session.rollout_id)
             assert [s.request_index for s in spans] == [0, 1, 2]
             assert_bridged_chain(spans)
-    # Both workers served calls, and some rollout's calls were split between them: the store, not a
-    # worker's memory, carried its session.
+        for client in pinned.values():
+            client.close()
+    # Every rollout's calls were split between the two workers (which served each call is read from the
+    # answer): the store, not a worker's memory, carried the session.
     served = [client.pids for client in clients]
-    assert len({pid for pids in served for pid in pids}) == 2, served
-    assert any(len(set(pids)) == 2 for pids in served), served
+    assert all(len(set(pids)) == 2 for pids in served), served
 
 
-class _FreshClients:
-    """Duck-types `client.chat.completions.create` with a new connection every call, and keeps the
-    pid of the proxy worker that served each call."""
+def _connections_to_each_worker(session, attempts: int = 64) -> dict[str, openai.OpenAI]:
+    """One client per proxy worker: each keeps its one keep-alive connection, so it stays on the worker
+    that accepted it (the kernel, not the test, picks which worker accepts a new connection)."""
+    pinned: dict[str, openai.OpenAI] = {}
+    for _ in range(attempts):
+        client = client_for(session)
+        pid = client.models.with_raw_response.list().headers[WORKER_PID_HEADER]
+        if pid in pinned:
+            client.close()
+        else:
+            pinned[pid] = client
+        if len(pinned) == 2:
+            return pinned
+    raise AssertionError(f"{attempts} new connections all reached worker(s) {sorted(pinned)}")
 
-    def __init__(self, session):
-        self.session = session
+
+class _AlternatingClients:
+    """Duck-types `client.chat.completions.create`, sending call k over the connection to worker k % 2
+    (the session's key and URL on a pinned client), and keeps the pid of the worker that served each call."""
+
+    def __init__(self, session, pinned: dict[str, openai.OpenAI]):
         self.chat = self
         self.completions = self
+        self._clients = [client.with_options(base_url=session.openai_base_url, api_key=session.api_key)
+                         for client in pinned.values()]
         self.pids: list[str] = []
 
     def create(self, **kwargs):
-        with client_for(self.session) as client:
-            raw = client.chat.completions.with_raw_response.create(**kwargs)
+        client = self._clients[len(self.pids) % len(self._clients)]
+        raw = client.chat.completions.with_raw_response.create(**kwargs)
         self.pids.append(raw.headers[WORKER_PID_HEADER])
         return raw.parse()
 
