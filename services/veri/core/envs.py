@@ -21,6 +21,7 @@ VERI_LAUNCHER_PREFIX = "VERI_LAUNCHER_"
 VERI_GPU_PLAN = "VERI_GPU_PLAN"
 VERI_RESUME_COMMAND = "VERI_RESUME_COMMAND"  # `veri train`: the resume command it prints (make train sets it)
 VERI_MODEL = "VERI_MODEL"  # the job's model folder name under VERI_MODELS_DIR; `veri run-harness` model name
+VERI_LOG_FORMAT = "VERI_LOG_FORMAT"  # `veri serve ...` logs: json (default, one JSON line per event) or console
 
 # prometheus-client's multiprocess folder: `veri serve proxy --workers N` sets a fresh one per start so
 # /metrics sums every worker (core/metrics.py); an inherited one is dropped, never shared between runs.
