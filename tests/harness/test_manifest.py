@@ -91,3 +91,25 @@ def test_image_names_and_dockerfile(tmp_path):
     assert "--no-index --find-links /tmp/veri-wheels" in text and "ENTRYPOINT" not in text
     assert text.rstrip().endswith('CMD ["python", "agent.py"]') and "COPY bundle /harness" in text
     assert "ENTRYPOINT []" in dockerfile(manifest, {"Entrypoint": ["python3"]}, has_wheels=False)
+
+
+@pytest.mark.parametrize("egress, hint", [
+    ('"closed"', '"none" (only the capture proxy)'),
+    ("[]", 'write egress = "none"'),
+    ('["https://pypi.org/simple"]', "is a URL: name the host alone"),
+    ('["pypi.org:99999"]', "the port must be 1-65535"),
+    ('["bad host"]', "not a host name or host:port"),
+    ("3", "a string or a list of hosts"),
+])
+def test_invalid_egress_names_the_fix(tmp_path, egress, hint):
+    with pytest.raises(ManifestError) as error:
+        load_manifest(make(tmp_path, f"{AGENT}egress = {egress}\n"))
+    message = str(error.value)
+    assert "  egress:" in message and hint in message and "fix:" in message, message
+
+
+def test_egress_values(tmp_path):
+    assert load_manifest(make(tmp_path, AGENT)).egress == "open"
+    assert load_manifest(make(tmp_path, f'{AGENT}egress = "none"\n')).egress == "none"
+    listed = load_manifest(make(tmp_path, f'{AGENT}egress = ["PyPI.org", "*.example.com", "api.x.io:443"]\n'))
+    assert listed.egress == ["*.example.com", "api.x.io:443", "pypi.org"]

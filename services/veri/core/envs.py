@@ -21,6 +21,7 @@ VERI_LAUNCHER_PREFIX = "VERI_LAUNCHER_"
 VERI_GPU_PLAN = "VERI_GPU_PLAN"
 VERI_RESUME_COMMAND = "VERI_RESUME_COMMAND"  # `veri train`: the resume command it prints (make train sets it)
 VERI_MODEL = "VERI_MODEL"  # the job's model folder name under VERI_MODELS_DIR; `veri run-harness` model name
+VERI_EGRESS_KEY = "VERI_EGRESS_KEY"  # the egress gateway's pass key (hex), made by the launcher that starts it
 VERI_LOG_FORMAT = "VERI_LOG_FORMAT"  # `veri serve ...` logs: json (default, one JSON line per event) or console
 
 # prometheus-client's multiprocess folder: `veri serve proxy --workers N` sets a fresh one per start so
@@ -71,6 +72,10 @@ VERI_ROLLOUT_INDEX = "VERI_ROLLOUT_INDEX"
 VERI_ROLLOUT_ID = "VERI_ROLLOUT_ID"
 VERI_MAX_TURNS = "VERI_MAX_TURNS"
 VERI_OUTPUT_DIR = "VERI_OUTPUT_DIR"
+# Set for bundles with egress "open" or a host list (core/egress.py): the egress gateway, with the
+# sandbox's pass; the capture proxy's host in NO_PROXY. Both spellings: curl reads only lower-case http_proxy.
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
+NO_PROXY_VARIABLES = ("NO_PROXY", "no_proxy")
 
 # --- the URL-extraction demo (not part of the harness contract) -------------------------------
 VERI_WEBFIXTURE_URL = "VERI_WEBFIXTURE_URL"  # base URL `veri data url-extract` builds page URLs on (default http://webfixture:8080)

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from veri.core import egress as egress_policy
 from veri.core import envs
 
 MANIFEST_FILE = "veri-harness.toml"
@@ -40,6 +41,7 @@ FIELD_FIXES = {
             '`npm` (a list like ["left-pad@1.3.0"])',
     "deps.requirements": 'a pip requirements file inside the bundle, e.g. requirements = "requirements.txt"',
     "deps.npm": 'a list of npm packages, e.g. npm = ["left-pad@1.3.0"]',
+    "egress": egress_policy.EGRESS_FIX,
 }
 
 
@@ -61,6 +63,17 @@ class HarnessManifest(BaseModel):
     base_image: str = Field(default="veri/base", description="veri/base, veri/base-claude-agent, or your own")
     protocol: Literal["openai", "anthropic"] = Field(default="openai", description="which SDK the harness speaks")
     deps: HarnessDeps = Field(default_factory=HarnessDeps)
+    # Enforced by the launcher (core/egress.py): a harness that ignores HTTP(S)_PROXY is stopped too.
+    egress: str | list[str] = Field(default=egress_policy.EGRESS_OPEN,
+                                    description='"open", "none", or a list of host[:port] the sandbox may reach')
+
+    @field_validator("egress", mode="before")
+    @classmethod
+    def _check_egress(cls, value: Any) -> Any:
+        try:
+            return egress_policy.normalize(value)
+        except egress_policy.EgressError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("entrypoint", mode="before")
     @classmethod
