@@ -30,6 +30,15 @@ def make_backend(settings: LauncherSettings) -> SandboxBackend:
 
         log.warning("backend local: harnesses run as plain processes on this machine - no isolation (dev only)")
         return LocalBackend()
+    if settings.backend == "kubernetes":
+        from veri.launcher.kubernetes.backend import KubernetesBackend
+
+        return KubernetesBackend(
+            namespace=settings.namespace, launcher_id=settings.launcher_id, output_root=settings.output_root,
+            output_claim=settings.output_claim, runtime_class=settings.runtime_class, registry=settings.registry,
+            proxy_port=settings.proxy_port, max_sandboxes=settings.max_parallel_rollouts,
+            create_per_second=settings.create_per_second, create_burst=settings.create_burst,
+            egress=settings.sandbox_egress, kubeconfig=settings.kubeconfig)
     from veri.launcher.docker_backend import DockerBackend
 
     return DockerBackend(network=settings.network, unsafe_runc=settings.unsafe_runc,

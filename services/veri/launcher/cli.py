@@ -16,8 +16,9 @@ def register_serve(services: argparse._SubParsersAction) -> None:
         description="Run groups of harness rollouts in sandboxes: POST /v1/groups (GroupLaunch JSON) answers "
                     "one LaunchResult per rollout when the group is done. Needs the docker socket.",
     )
-    launcher.add_argument("--backend", choices=("docker", "local"), default="docker",
-                          help="docker: gVisor sandboxes (default); local: plain processes, dev only, no isolation")
+    launcher.add_argument("--backend", choices=("docker", "kubernetes", "local"), default="docker",
+                          help="docker: gVisor sandboxes (default); kubernetes: one Job per rollout (gVisor "
+                               "RuntimeClass); local: plain processes, dev only, no isolation")
     launcher.add_argument("--network", default="veri-rollouts", help="docker network of the sandboxes (rollouts only)")
     launcher.add_argument("--output-root", type=Path, default=Path("build/rollouts"),
                           help="where each rollout's VERI_OUTPUT_DIR is collected (the trainer reads the same path)")
@@ -29,6 +30,19 @@ def register_serve(services: argparse._SubParsersAction) -> None:
     launcher.add_argument("--host-path", action="append", default=[], metavar="HERE=HOST",
                           help="a folder as this process sees it = the host's path (bind mounts name host paths; "
                                "read from this container's mounts when omitted)")
+    k8s = launcher.add_argument_group("backend kubernetes")
+    k8s.add_argument("--namespace", default="veri-rollouts", help="namespace of the rollout Jobs")
+    k8s.add_argument("--runtime-class", default="gvisor", help="RuntimeClass of rollout pods (runsc on the nodes)")
+    k8s.add_argument("--registry", default=None, help="registry the nodes pull harness images from "
+                                                       "(veri harness push --registry R): images become R/<image>")
+    k8s.add_argument("--output-claim", default=None, help="PVC mounted at --output-root here and by each rollout "
+                                                           "pod (subPath); without it a hostPath of the same path")
+    k8s.add_argument("--kubeconfig", type=Path, default=None, help="else in-cluster, $KUBECONFIG, ~/.kube/config")
+    k8s.add_argument("--proxy-port", type=int, default=8000, help="the proxy's rollout port (NetworkPolicy)")
+    k8s.add_argument("--create-per-second", type=float, default=20.0, help="rollouts created per second")
+    k8s.add_argument("--create-burst", type=int, default=20, help="rollouts created at once before the rate")
+    k8s.add_argument("--sandbox-egress", choices=("web", "none"), default="web",
+                     help="rollout pods reach the proxy and the public web (web), or only the proxy (none)")
     launcher.add_argument("--host", default="127.0.0.1")
     launcher.add_argument("--port", type=int, default=8002)
     launcher.set_defaults(func=_serve)
@@ -50,6 +64,10 @@ def _serve(args: argparse.Namespace) -> int:
         backend=args.backend, network=args.network, output_root=args.output_root, launcher_id=args.launcher_id,
         max_parallel_rollouts=args.max_parallel, unsafe_runc=args.unsafe_runc,
         token=os.environ.get(envs.VERI_CONTROL_TOKEN) or None, host_paths=host_paths,
+        namespace=args.namespace, runtime_class=args.runtime_class, registry=args.registry,
+        output_claim=args.output_claim, kubeconfig=args.kubeconfig, proxy_port=args.proxy_port,
+        create_per_second=args.create_per_second, create_burst=args.create_burst,
+        sandbox_egress=args.sandbox_egress,
     )
     try:
         serve(settings, args.host, args.port)
