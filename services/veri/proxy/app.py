@@ -5,18 +5,17 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import orjson
 import structlog
-import uvicorn
 from fastapi import FastAPI, Request, Response
 from starlette.exceptions import HTTPException
 
 from veri.core import envs
+from veri.core.gunicorn_server import serve_under_gunicorn
+from veri.core.logging import AccessLog
 from veri.core.metrics import worker_exiting
 from veri.proxy.anthropic.api_router import router as anthropic_router
 from veri.proxy.capture import CaptureService
@@ -96,6 +95,7 @@ def create_app(settings: ProxySettings) -> FastAPI:
     app.add_middleware(metrics.routes.middleware)
     app.add_middleware(RequestRecorder)
     app.add_middleware(WorkerPidHeader)
+    app.add_middleware(AccessLog)
 
     @app.exception_handler(ProxyError)
     async def proxy_error(request: Request, error: ProxyError) -> Response:
@@ -144,29 +144,23 @@ def policy_urls(values: list[str]) -> dict[str, Any]:
     return {"policy_url": urls[0]} if len(urls) == 1 else {"policy_urls": urls}
 
 
-def app_from_env() -> FastAPI:
-    """Factory for multi-worker serving: each worker reads its settings from VERI_PROXY_* variables."""
-    return create_app(ProxySettings())
-
-
-def settings_as_env(settings: ProxySettings) -> dict[str, str]:
-    env = {}
-    for name, value in settings.model_dump(mode="json", exclude_none=True).items():
-        text = value if isinstance(value, str) else orjson.dumps(value).decode()
-        env[f"{envs.VERI_PROXY_PREFIX}{name.upper()}"] = text
-    return env
-
-
 def serve(args: argparse.Namespace) -> None:
+    """Under gunicorn, whatever `--workers`: a worker that dies is replaced, the session goes on.
+
+    Several workers share nothing but the span store, which holds every session's state, and this
+    start's metrics folder, where each worker writes its values for any worker's /metrics to sum
+    (`veri serve proxy` sets it before prometheus-client is imported)."""
     settings = settings_from_args(args)
-    if args.workers == 1:
-        uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="warning",
-                    timeout_keep_alive=KEEP_ALIVE_S)
-        return
-    # Several processes share nothing but the span store, which holds every session's state, and this
-    # start's metrics folder, where each worker writes its values for any worker's /metrics to sum.
-    os.environ.update(settings_as_env(settings))
-    with tempfile.TemporaryDirectory(prefix="veri-proxy-metrics-") as metrics_dir:
-        os.environ[envs.PROMETHEUS_MULTIPROC_DIR] = metrics_dir
-        uvicorn.run("veri.proxy.app:app_from_env", factory=True, workers=args.workers,
-                    host=args.host, port=args.port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S)
+
+    def worker_exited(pid: int) -> None:
+        # A worker killed mid-call leaves its tries in flight: a retry of one must not wait for it.
+        store = SpanStore(settings.store_dir)
+        try:
+            if dropped := store.drop_requests_of_worker(pid):
+                log.warning("worker died mid-call: its calls in flight dropped (a retry samples afresh)",
+                            worker_pid=pid, calls=dropped)
+        finally:
+            store.close()
+
+    serve_under_gunicorn(lambda: create_app(settings), name="proxy", host=args.host, port=args.port,
+                         workers=args.workers, keep_alive_s=KEEP_ALIVE_S, on_worker_exit=worker_exited)

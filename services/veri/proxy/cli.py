@@ -33,7 +33,8 @@ def register_serve(services: argparse._SubParsersAction) -> None:
                        default=os.environ.get(envs.VERI_CHAT_TEMPLATE_KWARGS, ""),
                        help="extra chat template variables, a JSON object, e.g. '{\"enable_thinking\": false}' "
                             f"(default ${envs.VERI_CHAT_TEMPLATE_KWARGS} or none)")
-    proxy.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    proxy.add_argument("--workers", type=int, default=1,
+                       help="worker processes under gunicorn (a worker that dies is replaced)")
     proxy.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024)
     proxy.add_argument("--record-requests", action="store_true",
                        help="keep every session's requests as sent, for `veri replay record` (default: only"
@@ -72,12 +73,19 @@ def register_session(commands: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    # Before prometheus-client is imported: an inherited multiprocess folder would mix another run's
-    # counts into this one's (serve() makes a fresh one when there are several workers).
-    os.environ.pop(envs.PROMETHEUS_MULTIPROC_DIR, None)
-    from veri.proxy.app import serve
+    from veri.core.gunicorn_server import prometheus_multiprocess_dir
+    from veri.core.logging import configure_service_logging
 
-    serve(args)
+    if args.workers < 1:
+        print(f"veri serve proxy: --workers {args.workers}: give 1 or more", file=sys.stderr)
+        return 2
+    configure_service_logging("proxy", libraries=("transformers",))
+    # A fresh multiprocess folder per start, set before prometheus-client is imported: workers come and
+    # go (gunicorn replaces a dead one), the counts stay; an inherited folder would mix in another run's.
+    with prometheus_multiprocess_dir("veri-proxy-metrics-"):
+        from veri.proxy.app import serve
+
+        serve(args)
     return 0
 
 

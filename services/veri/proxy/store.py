@@ -10,6 +10,7 @@ sessions at once still spread them evenly.
 
 from __future__ import annotations
 
+import os
 import secrets
 import sqlite3
 import struct
@@ -55,7 +56,8 @@ CREATE TABLE IF NOT EXISTS requests (   -- harness requests the capture path too
     rollout_id TEXT NOT NULL,
     request_key TEXT NOT NULL,      -- history.request_key: route + body
     started_at REAL NOT NULL,
-    request_index INTEGER           -- the span that answered it; NULL while in flight
+    request_index INTEGER,          -- the span that answered it; NULL while in flight
+    worker_pid INTEGER              -- the proxy worker taking it on (its death drops the try in flight)
 );
 CREATE INDEX IF NOT EXISTS requests_by_key ON requests (rollout_id, request_key);
 CREATE TABLE IF NOT EXISTS replicas (
@@ -87,6 +89,7 @@ _ADDED_COLUMNS = [
     ("sessions", "replica", "INTEGER NOT NULL DEFAULT 0"),
     ("replicas", "failed_requests", "INTEGER NOT NULL DEFAULT 0"),
     ("recorded_requests", "answered_at", "REAL"),
+    ("requests", "worker_pid", "INTEGER"),
 ]
 
 
@@ -431,9 +434,17 @@ class SpanStore:
     def begin_request(self, rollout_id: str, request_key: str) -> int:
         """Note a request the capture path is taking on; its id goes to `add_span(answers=...)`."""
         with self._lock:
-            cursor = self._db.execute("INSERT INTO requests (rollout_id, request_key, started_at) VALUES (?, ?, ?)",
-                                      (rollout_id, request_key, time.time()))
+            cursor = self._db.execute(
+                "INSERT INTO requests (rollout_id, request_key, started_at, worker_pid) VALUES (?, ?, ?, ?)",
+                (rollout_id, request_key, time.time(), os.getpid()))
         return cursor.lastrowid or 0
+
+    def drop_requests_of_worker(self, pid: int) -> int:
+        """A worker died (gunicorn's master saw it exit): its tries in flight will never be answered, so a
+        client's retry of one samples afresh instead of waiting for it. Returns how many were dropped."""
+        with self._lock:
+            cursor = self._db.execute("DELETE FROM requests WHERE worker_pid = ? AND request_index IS NULL", (pid,))
+        return cursor.rowcount
 
     def drop_request(self, request_id: int) -> None:
         """A request that ended without a span (the policy failed): a retry of it samples afresh."""
