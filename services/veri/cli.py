@@ -8,6 +8,7 @@ import sys
 
 from veri.appliance import cli as appliance_cli
 from veri.console import cli as console_cli
+from veri.egress import cli as egress_cli
 from veri.harness import cli as harness_cli
 from veri.launcher import cli as launcher_cli
 from veri.models import cli as models_cli
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run one veri service in the foreground")
     services = serve.add_subparsers(dest="service", required=True, metavar="SERVICE")
     console_cli.register_serve(services)
+    egress_cli.register_serve(services)
     launcher_cli.register_serve(services)
     policy_cli.register_serve(services)
     proxy_cli.register_serve(services)

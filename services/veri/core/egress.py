@@ -117,8 +117,8 @@ def host_allowed(hosts: list[str], host: str, port: int) -> bool:
     for entry in hosts:
         if entry == ANY_HOST:
             return True
-        name, _, wanted_port = entry.partition(":")
-        if wanted_port and int(wanted_port) != port:
+        name, _, wanted_port = entry.rpartition(":") if HOST_ENTRY.fullmatch(entry) and ":" in entry else (entry, "", "")
+        if wanted_port and wanted_port != str(port):
             continue
         if name.startswith("*."):
             if host.endswith(name[1:]):
