@@ -10,8 +10,7 @@ VERI_HOME = "VERI_HOME"  # state folder of a running stack (control token, store
 VERI_PROXY_URL = "VERI_PROXY_URL"  # `veri train`: the capture proxy's URL (default http://127.0.0.1:8000)
 VERI_POLICY_URL = "VERI_POLICY_URL"  # `veri train`: the policy server's URL (default http://127.0.0.1:8001)
 VERI_LAUNCHER_URL = "VERI_LAUNCHER_URL"  # `veri train --sandbox launcher`: the launcher service's URL
-# The capture proxy reads each ProxySettings field from VERI_PROXY_<FIELD> (what `veri serve proxy
-# --workers N` hands its workers), e.g. VERI_PROXY_POLICY_URL, VERI_PROXY_POLICY_URLS (a JSON list:
+# The capture proxy reads each ProxySettings field from VERI_PROXY_<FIELD> (flags win), e.g. VERI_PROXY_POLICY_URL, VERI_PROXY_POLICY_URLS (a JSON list:
 # one replica per server), VERI_PROXY_DATA_PARALLEL_SIZE (vLLM DP ranks per server).
 VERI_PROXY_PREFIX = "VERI_PROXY_"
 # The launcher reads each LauncherSettings field from VERI_LAUNCHER_<FIELD> (flags win), e.g.
@@ -24,7 +23,7 @@ VERI_MODEL = "VERI_MODEL"  # the job's model folder name under VERI_MODELS_DIR; 
 VERI_EGRESS_KEY = "VERI_EGRESS_KEY"  # the egress gateway's pass key (hex), made by the launcher that starts it
 VERI_LOG_FORMAT = "VERI_LOG_FORMAT"  # `veri serve ...` logs: json (default, one JSON line per event) or console
 
-# prometheus-client's multiprocess folder: `veri serve proxy --workers N` sets a fresh one per start so
+# prometheus-client's multiprocess folder: `veri serve proxy` sets a fresh one per start so
 # /metrics sums every worker (core/metrics.py); an inherited one is dropped, never shared between runs.
 PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -43,7 +42,7 @@ VERI_CHAT_TEMPLATE_KWARGS = "VERI_CHAT_TEMPLATE_KWARGS"
 VERI_PROJECT = "VERI_PROJECT"  # compose project name of make up / train / down (default veri)
 VERI_PROXY_PORT = "VERI_PROXY_PORT"  # host port (on 127.0.0.1) the proxy is published on (default 8000)
 VERI_CONSOLE_PORT = "VERI_CONSOLE_PORT"  # host port (on 127.0.0.1) of the web console (default 8300)
-VERI_PROXY_WORKERS = "VERI_PROXY_WORKERS"  # the stack proxy's worker processes (default 1)
+VERI_PROXY_WORKERS = "VERI_PROXY_WORKERS"  # the stack proxy's gunicorn worker processes (default 2)
 VERI_RUNTIME_IMAGE = "VERI_RUNTIME_IMAGE"  # the image veri's services run in (default veri/runtime)
 # The job's stack settings, written by `veri stack-env` for make train and compose:
 VERI_MODELS_DIR = "VERI_MODELS_DIR"  # host folder holding the job's model (mounted at /models)
