@@ -10,8 +10,9 @@ VERI_HOME = "VERI_HOME"  # state folder of a running stack (control token, store
 VERI_PROXY_URL = "VERI_PROXY_URL"  # `veri train`: the capture proxy's URL (default http://127.0.0.1:8000)
 VERI_POLICY_URL = "VERI_POLICY_URL"  # `veri train`: the policy server's URL (default http://127.0.0.1:8001)
 VERI_LAUNCHER_URL = "VERI_LAUNCHER_URL"  # `veri train --sandbox launcher`: the launcher service's URL
-# The capture proxy reads each ProxySettings field from VERI_PROXY_<FIELD> (flags win), e.g. VERI_PROXY_POLICY_URL, VERI_PROXY_POLICY_URLS (a JSON list:
-# one replica per server), VERI_PROXY_DATA_PARALLEL_SIZE (vLLM DP ranks per server).
+# The capture proxy reads each ProxySettings field from VERI_PROXY_<FIELD> (flags win), e.g.
+# VERI_PROXY_POLICY_URL, VERI_PROXY_POLICY_URLS (a JSON list: one replica per server),
+# VERI_PROXY_DATA_PARALLEL_SIZE (vLLM DP ranks per server).
 VERI_PROXY_PREFIX = "VERI_PROXY_"
 # The launcher reads each LauncherSettings field from VERI_LAUNCHER_<FIELD> (flags win), e.g.
 # VERI_LAUNCHER_BACKEND, VERI_LAUNCHER_OUTPUT_ROOT.
