@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from veri.core.records import PromptSource, Protocol, Span, TokenFidelity, ToolCallParseFailure
-from veri.proxy.errors import PolicyUnavailable
+from veri.proxy.errors import PolicyAborted, PolicyUnavailable
 from veri.proxy.history import RequestIdentity, prefix_hashes
 from veri.proxy.policy_client import PolicyCompletion
 from veri.proxy.rendering import ChatRendering, PromptPlan
@@ -214,7 +214,7 @@ class CaptureService:
         )
         key = prefix_hashes(sample.turn.tools, [*sample.turn.messages, reply])[-1]
         stored = self.store.add_span(span, prefix_hash=key, n_messages=len(sample.turn.messages) + 1,
-                                     answers=sample.request_id)
+                                     answers=sample.request_id, shared=sample.plan.shared)
         self.metrics.span_recorded(stored)
         return stored
 
@@ -258,15 +258,26 @@ class CaptureService:
         return stored
 
     async def _complete(self, session: SessionRow, prompt_ids: list[int], sampling: dict[str, Any]) -> PolicyCompletion:
-        """The session's replica samples; a failed or aborted call is counted against that replica."""
+        """The session's replica samples; a failed or aborted call is counted against that replica.
+
+        A backend that reports no version (vLLM) is given the announced one, read before and after the
+        call: a new announcement in between means a sync happened while this completion was sampled
+        (old weights, new, or both), so no version is true for it and it is dropped as a retryable 503."""
+        announced = self.store.policy_version()
         try:
             with self.metrics.policy_call_timer(self.policy.replica(session.replica).index):
-                return await self.policy.complete(
+                completion = await self.policy.complete(
                     session.replica, prompt_ids, stop_token_ids=self.rendering.stop_token_ids, **sampling
                 )
         except PolicyUnavailable:
             self.store.count_failed_call(self.policy.replica(session.replica).index)
             raise
+        if completion.policy_version is not None:
+            return completion
+        if self.store.policy_version() != announced:
+            raise PolicyAborted("the policy's weights were synced while this call was sampled, so no policy"
+                                " version is true for it; nothing was recorded: retry the call")
+        return replace(completion, policy_version=announced)
 
     def _version(self, completion: PolicyCompletion) -> int:
         reported = completion.policy_version
