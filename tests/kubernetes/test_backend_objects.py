@@ -106,6 +106,7 @@ def test_network_policies_isolate_each_egress_mode() -> None:
     none_rules = policies["none"]["spec"]["egress"]
     assert not any("ipBlock" in peer for rule in none_rules for peer in rule["to"])
     (web,) = [rule for rule in policies["web"]["spec"]["egress"] if "ipBlock" in rule["to"][0]]
+    assert {"to": [{"podSelector": {"matchLabels": {"veri.web": "1"}}}]} in policies["web"]["spec"]["egress"]
     assert "10.0.0.0/8" in web["to"][0]["ipBlock"]["except"]  # the cluster's own addresses stay out
 
 

@@ -25,6 +25,7 @@ CONTAINER = "harness"
 LABEL_SANDBOX = "veri.sandbox"
 LABEL_LAUNCHER = "veri.launcher"
 LABEL_EGRESS = "veri.egress"
+LABEL_WEB_SITE = "veri.web"  # a pod in the namespace that rollouts with web egress may reach (webfixture)
 ANNOTATION_ROLLOUT = "veri.rollout_id"  # rollout ids are free text: an annotation, not a label
 # The harness contract's credentials: only ever in the rollout's Secret, never in the pod spec.
 SECRET_ENV = (envs.OPENAI_API_KEY, envs.ANTHROPIC_API_KEY, envs.ANTHROPIC_AUTH_TOKEN)
@@ -188,8 +189,9 @@ def network_policies(namespace: str, launcher_id: str, proxy_selector: dict[str,
                      proxy_namespace: str | None = None) -> list[dict[str, Any]]:
     """One policy per egress mode over this launcher's rollout pods. Every rollout pod is isolated both
     ways: no ingress at all; egress to the proxy's rollout port and DNS, and for `web` to public
-    addresses (not the cluster's or other private ranges). Policies add up, so each pod is selected by
-    exactly one (its `veri.egress` label). Only a CNI that enforces NetworkPolicy makes these real."""
+    addresses (not the cluster's or other private ranges) and pods labelled `veri.web: "1"`. Policies
+    add up, so each pod is selected by exactly one (its `veri.egress` label). Only a CNI that enforces
+    NetworkPolicy makes these real."""
     proxy_peer: dict[str, Any] = {"podSelector": {"matchLabels": dict(proxy_selector)}}
     if proxy_namespace and proxy_namespace != namespace:
         proxy_peer["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": proxy_namespace}}
@@ -199,7 +201,9 @@ def network_policies(namespace: str, launcher_id: str, proxy_selector: dict[str,
            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
     web = {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(PRIVATE_RANGES)}}],
            "ports": [{"protocol": "TCP", "port": 80}, {"protocol": "TCP", "port": 443}]}
-    rules: dict[Egress, list[dict[str, Any]]] = {"none": [to_proxy, dns], "web": [to_proxy, dns, web]}
+    # In-cluster sites that stand for the web (the demo's webfixture) carry this label.
+    web_sites = {"to": [{"podSelector": {"matchLabels": {LABEL_WEB_SITE: "1"}}}]}
+    rules: dict[Egress, list[dict[str, Any]]] = {"none": [to_proxy, dns], "web": [to_proxy, dns, web, web_sites]}
     launcher = label_value(launcher_id)
     return [
         {
