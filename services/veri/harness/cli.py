@@ -14,7 +14,7 @@ from veri.core import envs
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    harness = commands.add_parser("harness", help="harness bundles: build their images")
+    harness = commands.add_parser("harness", help="harness bundles: build and push their images")
     actions = harness.add_subparsers(dest="action", required=True, metavar="ACTION")
     build = actions.add_parser(
         "build", help="build a bundle's image (deps installed now, never per rollout); prints its tag",
@@ -27,6 +27,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     build.add_argument("--vendor", type=Path, default=None, help="vendor folder (default: this checkout's vendor/)")
     build.add_argument("--offline", action="store_true", help="never download deps; use vendor/ only")
     build.set_defaults(func=_build)
+    push = actions.add_parser(
+        "push", help="tag a bundle's image as R/<image> and push it to registry R (clusters pull from it)",
+        description="Build the bundle's image (or take an image already on this machine), tag it "
+                    "<registry>/<image> and push it. Start the kubernetes launcher with the same --registry.",
+    )
+    push.add_argument("source", help="a bundle folder (built first) or an image name on this machine")
+    push.add_argument("--registry", required=True, help="host[:port][/path] the cluster's nodes pull from")
+    push.add_argument("--prefix", default="veri", help="image name prefix when building (default: veri)")
+    push.set_defaults(func=_push)
     check = actions.add_parser("check", help="validate a bundle's manifest without building")
     check.add_argument("bundle", type=Path)
     check.set_defaults(func=_check)
@@ -77,6 +86,41 @@ def _build(args: argparse.Namespace) -> int:
         print(f"veri harness build: {error}", file=sys.stderr)
         return 2
     print(tag)
+    return 0
+
+
+def _push(args: argparse.Namespace) -> int:
+    from veri.core.harness import ManifestError
+    from veri.core.registry import RegistryError, check_registry
+    from veri.harness.build import BuildError, build_bundle_image
+    from veri.harness.push import PushError, push_image
+
+    try:
+        check_registry(args.registry)
+    except RegistryError as error:
+        print(f"veri harness push: {error}", file=sys.stderr)
+        return 2
+    import docker
+    from docker.errors import DockerException, ImageNotFound
+
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except DockerException as exc:
+        print(f"veri harness push: no Docker daemon ({exc}); run `make docker`", file=sys.stderr)
+        return 1
+    try:
+        image = args.source
+        if Path(args.source).is_dir():
+            image = build_bundle_image(Path(args.source), client, prefix=args.prefix)
+        print(push_image(client, image, args.registry))
+    except ImageNotFound:
+        print(f"veri harness push: no image {args.source!r} here: give a bundle folder, or build it with "
+              "`veri harness build BUNDLE`", file=sys.stderr)
+        return 2
+    except (ManifestError, BuildError, PushError) as error:
+        print(f"veri harness push: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

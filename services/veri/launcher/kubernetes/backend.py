@@ -41,6 +41,7 @@ from urllib3.exceptions import HTTPError
 
 from veri.core.episodes import RolloutStatus
 from veri.core.launch import LaunchResult, RolloutLaunch
+from veri.core.registry import RegistryError, check_registry
 from veri.launcher.errors import SandboxUnavailable
 from veri.launcher.kubernetes import objects
 from veri.launcher.kubernetes.objects import Egress, OutputVolume, PodSettings
@@ -83,6 +84,10 @@ class KubernetesBackend:
         """Checks the cluster before anything runs (namespace, RuntimeClass) and makes the namespace's
         NetworkPolicies; raises SandboxUnavailable with the fix when it cannot."""
         self.runtime = runtime_class
+        try:
+            registry = check_registry(registry) if registry else None
+        except RegistryError as exc:
+            raise SandboxUnavailable(str(exc)) from None
         self.pod = PodSettings(namespace=namespace, launcher_id=launcher_id, runtime_class=runtime_class,
                                registry=registry, service_account=service_account)
         self.output_root = Path(output_root).absolute()

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from veri.core import envs
 from veri.core.harness import BUNDLE_MOUNT, OUTPUT_MOUNT
 from veri.core.launch import RolloutLaunch
+from veri.core.registry import registry_image
 
 HARNESS_UID = 1000  # `harness` in veri/base
 HARNESS_HOME = "/home/harness"  # its HOME in veri/base: a writable emptyDir under the read-only root
@@ -78,11 +79,6 @@ def launcher_selector(launcher_id: str) -> str:
     return f"{LABEL_SANDBOX}=1,{LABEL_LAUNCHER}={label_value(launcher_id)}"
 
 
-def image_ref(image: str, registry: str | None) -> str:
-    """The image as the nodes pull it: `veri/harness-x:h` -> `R/veri/harness-x:h` (what push tags)."""
-    return f"{registry.rstrip('/')}/{image}" if registry else image
-
-
 def rollout_labels(pod: PodSettings, egress: Egress) -> dict[str, str]:
     return {LABEL_SANDBOX: "1", LABEL_LAUNCHER: label_value(pod.launcher_id), LABEL_EGRESS: egress}
 
@@ -132,7 +128,7 @@ def job_manifest(launch: RolloutLaunch, name: str, pod: PodSettings, output: Out
     scratch = f"{limits.tmpfs_mb}Mi"
     container = {
         "name": CONTAINER,
-        "image": image_ref(launch.image, pod.registry),
+        "image": registry_image(launch.image, pod.registry),  # what `veri harness push` tags
         "imagePullPolicy": "IfNotPresent",  # tags are content hashes: a tag never changes meaning
         "workingDir": BUNDLE_MOUNT,
         "env": harness_env(launch, name),
