@@ -171,6 +171,9 @@ def test_finished_job_log_stream_ends(client: TestClient):
         body = "".join(answer.iter_text())
     assert "data: " in body and "job demo: backend hf" in body and body.rstrip().endswith(
         "event: end\ndata: the job is not running")
+    # The trainer's JSON lines, shown as a person reads them: the time, then the message.
+    assert re.search(r"^data: \d{4}-\d\d-\d\dT[\d:.]+Z job demo: backend hf, sandbox local$", body, re.M), body
+    assert '"event"' not in body
     resumed = client.get("/jobs/demo/logs/stream", headers={"Last-Event-ID": re.search(r"id: (\d+)", body)[1]}).text
     assert "job demo: backend hf" not in resumed and "event: end" in resumed
 

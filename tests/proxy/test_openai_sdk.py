@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import openai
 from transformers import AutoTokenizer
 
@@ -175,7 +176,10 @@ def _connections_to_each_worker(session, attempts: int = 64) -> dict[str, openai
     that accepted it (the kernel, not the test, picks which worker accepts a new connection)."""
     pinned: dict[str, openai.OpenAI] = {}
     for _ in range(attempts):
-        client = client_for(session)
+        # httpx drops a connection idle for 5 s, sooner than the kernel may take to hand a new one to
+        # the other worker: a pinned connection must outlive the probing (the proxy keeps it 120 s).
+        client = openai.OpenAI(base_url=session.openai_base_url, api_key=session.api_key, max_retries=0,
+                               http_client=httpx.Client(limits=httpx.Limits(keepalive_expiry=100)))
         pid = client.models.with_raw_response.list().headers[WORKER_PID_HEADER]
         if pid in pinned:
             client.close()

@@ -5,7 +5,6 @@ gauge (gunicorn's child_exit hook). A slow policy (the vLLM stand-in's delay) ke
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -14,6 +13,7 @@ import httpx
 import openai
 import psutil
 
+from tests.logs import json_events, requests_logged
 from tests.prometheus import Scrape
 from tests.proxy.conftest import proxy_args, standin
 from tests.servers import start_server
@@ -61,7 +61,11 @@ def test_a_worker_killed_mid_call_is_replaced_and_the_session_goes_on(reply_ids,
         assert scrape.value("veri_proxy_requests_in_flight", route=CHAT_ROUTE) == 0
         assert scrape.value("veri_proxy_requests_total", route=CHAT_ROUTE, status="200") == 2
 
-    events = [json.loads(line) for line in proxy.log().splitlines()]
+    # The proxy's whole log, gunicorn's master and both workers included, is one JSON event per line.
+    events = json_events(proxy.log(), "proxy")
+    assert any(event["event"] == f"Worker (pid:{victim}) was sent SIGKILL! Perhaps out of memory?"
+               for event in events)
+    assert any(event["status"] == 200 and event["route"] == CHAT_ROUTE for event in requests_logged(events))
     dropped = [event for event in events if event["event"].startswith("worker died mid-call")]
     assert [(event["worker_pid"], event["calls"]) for event in dropped] == [(victim, 1)]
 

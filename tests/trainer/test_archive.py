@@ -149,12 +149,14 @@ def test_one_writer_per_archive(archive: JobArchive, tmp_path: Path):
         JobArchive(tmp_path / "archive", "../escape")
 
 
-def test_log_lines_are_timestamped(archive: JobArchive):
-    archive.log("step 0 done")
-    archive.log("two\nlines")
+def test_log_lines_are_json_events(archive: JobArchive):
+    archive.log("step 0 done", step=0)
+    archive.log("two\nlines", level="warning")
     lines = archive.layout.train_log.read_text().splitlines()
-    assert lines[-3].endswith("Z step 0 done") and lines[-3][:4].isdigit()
-    assert lines[-2].endswith(" two") and lines[-1] == "    lines"
+    first, second = (json.loads(line) for line in lines[-2:])
+    assert first["timestamp"].endswith("Z") and first["timestamp"][:4].isdigit()
+    assert (first["level"], first["service"], first["event"], first["step"]) == ("info", "trainer", "step 0 done", 0)
+    assert (second["level"], second["event"]) == ("warning", "two\nlines")
 
 
 # --- metrics -----------------------------------------------------------------------------------------

@@ -21,16 +21,19 @@ from veri.console.jobs import UNKNOWN
 from veri.console.protocol import BadQuery
 from veri.console.serving import ConsoleService
 from veri.console.settings import ConsoleSettings
+from veri.core.logging import AccessLog
 from veri.core.metrics import METRICS_PATH, RouteMetrics, metrics_payload
 from veri.trainer.archive import IndexOutdated, JobStatus
 
 HERE = Path(__file__).parent
+KEEP_ALIVE_S = 5  # uvicorn's default: a browser's idle connections are not held
 ROUTES_HELP = ["/ (the jobs)", "/jobs/<job>", "/jobs/<job>/tasks/<task>",
                "/jobs/<job>/steps/<step>/tasks/<task>/rollouts/<rollout>[/tokens]", "/api/jobs"]
 
 
 def create_app(settings: ConsoleSettings) -> FastAPI:
     app = FastAPI(title="veri console", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(AccessLog)
     app.state.console = ConsoleService(settings)
     app.state.templates = templates()
     app.include_router(api_router.router)
@@ -125,6 +128,8 @@ def _number(value: float | None, digits: int = 3) -> str:
 
 
 def serve(settings: ConsoleSettings, host: str, port: int) -> None:
-    import uvicorn
+    """One worker under gunicorn: if it dies it is replaced (the master keeps the port)."""
+    from veri.core.gunicorn_server import serve_under_gunicorn
 
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+    serve_under_gunicorn(lambda: create_app(settings), name="console", host=host, port=port, workers=1,
+                         keep_alive_s=KEEP_ALIVE_S)

@@ -25,13 +25,22 @@ def state_dir(given: Path | None) -> Path:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from veri.console.app import serve
-    from veri.console.settings import ConsoleSettings
+    import structlog
+
+    from veri.core.logging import configure_service_logging
 
     state = state_dir(args.state)
     if not state.is_dir():
         print(f"veri serve console: no state folder {state} (give --state, the folder holding jobs/)")
         return 2
-    print(f"veri console on http://{args.host}:{args.port} (jobs in {state.resolve() / 'jobs'})", flush=True)
+    # One worker, under gunicorn so that it is replaced if it dies; its /metrics are its own (no
+    # multiprocess folder: an inherited one would mix in another run's counts).
+    os.environ.pop(envs.PROMETHEUS_MULTIPROC_DIR, None)
+    configure_service_logging("console")
+    from veri.console.app import serve
+    from veri.console.settings import ConsoleSettings
+
+    structlog.get_logger("veri.console").info("console starting", url=f"http://{args.host}:{args.port}",
+                                              jobs=str(state.resolve() / "jobs"))
     serve(ConsoleSettings(state_dir=state.resolve()), args.host, args.port)
     return 0

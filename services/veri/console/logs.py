@@ -1,4 +1,5 @@
-"""train.log as server-sent events: the tail first, then each line as the trainer appends it.
+"""train.log as server-sent events: the tail first, then each line as the trainer appends it (its JSON
+lines shown as a person reads them: `readable`).
 
 Each event carries the complete lines read since the last one (one `data:` field per line) and, as its
 `id`, the byte offset after them, so a reconnecting EventSource (Last-Event-ID) resumes where it left
@@ -8,6 +9,7 @@ off. When the job is not running and nothing new has come, an `end` event closes
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -60,4 +62,24 @@ def _read_lines(path: Path, offset: int) -> tuple[list[str], int]:
     if end == 0:
         return [], offset
     text = data[:end].decode("utf-8", errors="replace")
-    return [line.rstrip("\r") for line in text.split("\n")[:-1]], offset + end
+    lines = [shown for line in text.split("\n")[:-1] for shown in readable(line.rstrip("\r")).split("\n")]
+    return lines, offset + end
+
+
+def readable(line: str) -> str:
+    """A JSON line of the trainer's log (core/logging.py) as a person reads it: time, the level when it
+    is not info, the event, its fields. Any other line (an older job's log) is shown as it is."""
+    if not line.startswith("{"):
+        return line
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return line
+    if not isinstance(event, dict) or "event" not in event:
+        return line
+    stamp, level, text = event.pop("timestamp", ""), event.pop("level", "info"), event.pop("event")
+    for key in ("service", "pid", "logger"):
+        event.pop(key, None)
+    parts = [str(stamp), "" if level == "info" else str(level).upper(), str(text)]
+    parts += [f"{key}={value}" for key, value in event.items()]
+    return " ".join(part for part in parts if part).replace("\n", "\n    ")

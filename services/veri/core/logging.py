@@ -129,6 +129,7 @@ def configure_service_logging(service: str, *, level: int = logging.INFO, librar
 
         hf_logging.disable_default_handler()
         hf_logging.enable_propagation()
+        hf_logging.disable_progress_bar()  # a bar ("Loading weights") is terminal output, not an event
 
 
 def event_line(service: str, event: str, *, level: str = "info", **fields: Any) -> str:

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import structlog
 from fastapi import FastAPI
 
+from veri.core.logging import AccessLog
 from veri.launcher.api_router import router
 from veri.launcher.backend import GatedBackend, SandboxBackend
 from veri.launcher.metrics import LauncherMetrics, MeteredBackend
@@ -70,6 +71,7 @@ def create_app(settings: LauncherSettings, backend: SandboxBackend | None = None
     app.include_router(metrics_router)
     app.state.metrics = metrics
     app.add_middleware(metrics.routes.middleware)
+    app.add_middleware(AccessLog)
     return app
 
 
@@ -79,4 +81,6 @@ def serve(settings: LauncherSettings, host: str, port: int) -> None:
     import uvicorn
 
     backend = make_backend(settings)
-    uvicorn.run(create_app(settings, backend), host=host, port=port, log_level="info", timeout_keep_alive=3600)
+    # log_config=None: uvicorn keeps the JSON stream's handlers (core/logging.py); AccessLog writes each request.
+    uvicorn.run(create_app(settings, backend), host=host, port=port, log_level="info", log_config=None,
+                access_log=False, timeout_keep_alive=3600)

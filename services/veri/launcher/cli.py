@@ -49,6 +49,9 @@ def register_serve(services: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from veri.core.logging import configure_service_logging
+
+    configure_service_logging("launcher")
     from veri.launcher.app import serve
     from veri.launcher.errors import LauncherError
     from veri.launcher.settings import LauncherSettings

@@ -13,6 +13,7 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, PlainTextResponse
 
+from veri.core.logging import AccessLog, configure_service_logging
 from veri.webfixture.pages import NUM_PAGES, page, page_path
 
 PAGE_NAME = re.compile(r"(0|[1-9][0-9]{0,8})\.html")  # one canonical name per page: no leading zeros
@@ -25,6 +26,7 @@ def _page(index: int) -> str:
 
 def create_app(num_pages: int = NUM_PAGES) -> FastAPI:
     app = FastAPI(title="veri webfixture", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(AccessLog)
 
     @app.get("/health")
     def health() -> dict[str, object]:
@@ -48,4 +50,6 @@ def create_app(num_pages: int = NUM_PAGES) -> FastAPI:
 
 
 def serve(host: str, port: int, num_pages: int = NUM_PAGES) -> None:
-    uvicorn.run(create_app(num_pages), host=host, port=port, log_level="warning")
+    configure_service_logging("webfixture")
+    # log_config=None: uvicorn keeps the JSON stream's handlers; AccessLog writes each request.
+    uvicorn.run(create_app(num_pages), host=host, port=port, log_level="info", log_config=None, access_log=False)

@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from veri.core.logging import AccessLog, configure_service_logging
 from veri.policy.hf.batcher import Batcher
 from veri.policy.hf.errors import PolicyError, error_body, error_response
 from veri.policy.hf.loader import load_model
@@ -47,6 +48,7 @@ def create_app(settings: PolicySettings) -> FastAPI:
     app.include_router(metrics_router)
     app.state.metrics = metrics
     app.add_middleware(metrics.routes.middleware)
+    app.add_middleware(AccessLog)
     _register_errors(app)
     return app
 
@@ -112,20 +114,11 @@ def _describe(error: dict) -> str:
     return f"{loc}: {error.get('msg')}" if loc else str(error.get("msg"))
 
 
-def configure_logging() -> None:
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso"),
-            structlog.dev.ConsoleRenderer(colors=False),
-        ]
-    )
-
-
 def serve(*, model_dir: Path, host: str = "127.0.0.1", port: int = 8001, **options: object) -> None:
     """Run the server in the foreground. `options` are further `PolicySettings` fields."""
-    configure_logging()
+    configure_service_logging("policy", libraries=("transformers",))
     settings = PolicySettings(model_dir=model_dir, host=host, port=port, **options)
     torch.set_num_interop_threads(1)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    # log_config=None: uvicorn keeps the JSON stream's handlers; AccessLog writes each request.
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info", log_config=None,
+                access_log=False)

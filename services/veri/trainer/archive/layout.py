@@ -7,7 +7,7 @@ crash-safe ways the archive writes and reads them.
         metrics.jsonl                                      one line per completed step: {"step", "time", ...}
         job.json                                           the job's status (running / finished / failed /
                                                            stopped), start and end, model, max_steps, config
-        logs/train.log                                     the trainer's log, one timestamped line per message
+        logs/train.log                                     the trainer's log, one JSON line per message
         logs/libraries.log                                 what transformers, TRL, ... print (`veri train`)
         index.sqlite                                       the console's index (rebuildable from the files)
         tensorboard/                                       TensorBoard event files (when tensorboard is installed)

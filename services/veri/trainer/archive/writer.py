@@ -33,10 +33,10 @@ import re
 import sqlite3
 import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
+from veri.core.logging import event_line
 from veri.core.rollouts import RolloutRecord
 from veri.trainer.archive.index import ArchiveIndex, IndexWriter, index_row
 from veri.trainer.archive.layout import ArchiveLayout, append_line, atomic_write, cut_partial_tail, read_metrics
@@ -116,11 +116,9 @@ class JobArchive:
         write_job_start(self.layout, model=model, max_steps=max_steps, config=config)
         self._started = True
 
-    def log(self, message: str) -> None:
-        """Append `message` to logs/train.log, prefixed with a UTC timestamp (continuation lines indented)."""
-        stamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        text = str(message).rstrip("\n").replace("\n", "\n    ")
-        append_line(self.layout.train_log, f"{stamp} {text}")
+    def log(self, message: str, *, level: str = "info", **fields: Any) -> None:
+        """Append `message` to logs/train.log as one JSON line, as the services log (`core/logging.py`)."""
+        append_line(self.layout.train_log, event_line("trainer", str(message).rstrip("\n"), level=level, **fields))
 
     # --- steps and resume --------------------------------------------------------------------------
 

@@ -19,8 +19,9 @@ from contextlib import contextmanager
 from io import TextIOWrapper
 from pathlib import Path
 
+from veri.core.logging import service_formatter
+
 LIBRARY_LOGGERS = ("py.warnings", "transformers", "trl", "accelerate", "peft", "huggingface_hub", "torch")
-FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 
 
 @contextmanager
@@ -29,7 +30,7 @@ def quiet_libraries(log_file: Path) -> Iterator[None]:
     import transformers.utils.logging as hf_logging
 
     to_file = _FileOnFirstRecord(log_file, encoding="utf-8", delay=True)
-    to_file.setFormatter(logging.Formatter(FORMAT))
+    to_file.setFormatter(service_formatter("trainer"))  # one JSON line per record, as the services log
     problems = logging.StreamHandler(sys.stderr)
     problems.setLevel(logging.ERROR)
     problems.setFormatter(logging.Formatter("%(name)s: %(message)s"))
