@@ -3,11 +3,13 @@
 #   make vendor    the one online step: pip wheels, npm tarballs, the Debian rootfs -> vendor/
 #   make images    veri/os-base, veri/base, veri/base-claude-agent, veri/base-codex-agent, veri/runtime, offline, from vendor/
 #   (the vLLM images have their own targets: mk/vllm_cpu.mk images-vllm-cpu, mk/gpu.mk images-gpu)
-#   make base-image NAME=my/base DOCKERFILE=path/Dockerfile [EXTRA_CA=ca.pem] [BUILD_ARGS="K=V ..."]
+#   make vendor-base-image DOCKERFILE=path/Dockerfile   its requirements.txt's wheels -> vendor/ (online, once)
+#   make base-image NAME=my/base DOCKERFILE=path/Dockerfile [EXTRA_CA=ca.pem] [BUILD_ARGS="K=V ..."]  (offline)
 # Air-gapped: `make vendor` where the registries are reachable, copy the tree (with vendor/), then
-# `make images` offline. BASE_OS_IMAGE=<image> replaces the debootstrap OS base (it must have
-# python3 $(VENDOR_PYTHON), python3-venv, ca-certificates, tini). EXTRA_CA=<PEM file>: images trust
-# that CA too (corporate TLS proxies), so custom bases FROM them can download online.
+# `make images` offline (or `make bundle` / `make load`: mk/bundle.mk). BASE_OS_IMAGE=<image> replaces
+# the debootstrap OS base (it must have python3 $(VENDOR_PYTHON), python3-venv, ca-certificates, tini).
+# EXTRA_CA=<PEM file, one CA or a whole bundle>: images trust those CAs too (corporate TLS proxies); it
+# travels as a file in the build context (veri-extra-ca.pem), never as a build argument.
 
 VENDOR ?= vendor
 IMAGE_PREFIX ?= veri
@@ -23,7 +25,7 @@ DOCKER_ENV := VENDOR=$(VENDOR) IMAGE_PREFIX=$(IMAGE_PREFIX) BASE_OS_IMAGE=$(BASE
 	EXTRA_CA=$(EXTRA_CA) CLAUDE_CODE_VERSION=$(CLAUDE_CODE_VERSION) CODEX_VERSION=$(CODEX_VERSION) VENDOR_PYTHON=$(VENDOR_PYTHON) \
 	TORCH_INDEX_URL=$(TORCH_INDEX_URL)
 
-.PHONY: docker vendor vendor-os vendor-wheels vendor-npm images base-image images-clean
+.PHONY: docker vendor vendor-os vendor-wheels vendor-npm images vendor-base-image base-image images-clean
 
 docker:
 	@$(DOCKER_ENV) scripts/docker/setup.sh
@@ -48,14 +50,18 @@ vendor-npm:
 images: docker disk-check vendor
 	@$(DOCKER_ENV) scripts/docker/images.sh
 
+vendor-base-image:
+	@test -n "$(DOCKERFILE)" || { echo "usage: make vendor-base-image DOCKERFILE=path/Dockerfile (its requirements.txt)"; exit 2; }
+	@$(DOCKER_ENV) VENDOR=$(abspath $(VENDOR)) scripts/docker/base-image.sh --vendor $(abspath $(DOCKERFILE))
+
 base-image: docker
 	@test -n "$(NAME)" -a -n "$(DOCKERFILE)" || { echo "usage: make base-image NAME=my/base DOCKERFILE=path/Dockerfile [EXTRA_CA=ca.pem] [BUILD_ARGS=\"K=V ...\"]"; exit 2; }
 	@docker image inspect $(IMAGE_PREFIX)/base >/dev/null 2>&1 || $(MAKE) --no-print-directory images
-	@cd $(dir $(DOCKERFILE)) && $(DOCKER_ENV) EXTRA_CA=$(if $(EXTRA_CA),$(abspath $(EXTRA_CA))) \
+	@$(DOCKER_ENV) VENDOR=$(abspath $(VENDOR)) EXTRA_CA=$(if $(EXTRA_CA),$(abspath $(EXTRA_CA))) \
 		NETWORK=default LOG_DIR=$(CURDIR)/build/docker \
 		PARENTS="$(IMAGE_PREFIX)/base $(IMAGE_PREFIX)/base-claude-agent $(IMAGE_PREFIX)/base-codex-agent" \
 		BUILD_ARGS="$$(printf '%s\n' $(BUILD_ARGS))" \
-		$(CURDIR)/scripts/docker/build-image.sh $(NAME) $(notdir $(DOCKERFILE)) .
+		scripts/docker/base-image.sh $(NAME) $(abspath $(DOCKERFILE))
 
 images-clean:
 	-docker image rm $(IMAGE_PREFIX)/trainer-cpu $(IMAGE_PREFIX)/vllm-cpu $(IMAGE_PREFIX)/vllm-cpu-deps \

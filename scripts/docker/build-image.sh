@@ -3,8 +3,10 @@
 # given repo paths (+ the Dockerfile), sent as a tar stream: vendor/ and .venv are never sent whole.
 # Skipped when the image exists with the same input digest (context + build args + the parent
 # images' ids), kept in its label org.veri.inputs.
-# Env: BUILD_ARGS ("K=V" lines), EXTRA_CA (PEM file -> build arg EXTRA_CA_CERT), PARENTS (images
-# whose ids are inputs), NETWORK (default none: these builds are offline), LOG_DIR,
+# Env: BUILD_ARGS ("K=V" lines), EXTRA_CA (PEM file: one CA or a whole bundle -> veri-extra-ca.pem at
+# the context's root, see below), PARENTS (images whose ids are inputs), NETWORK (default none: these
+# builds are offline), LOG_DIR, IMAGE_PREFIX (parents named <prefix>/... in BUILD_ARGS count as veri/...:
+# their ids are the inputs, so a re-tagged set of images is up to date under any prefix),
 # SERVE ("NAME=DIR ..."): folders served read-only on 127.0.0.1 for the build (build arg VENDOR_URL,
 # fetched as $VENDOR_URL/NAME/...; the build then uses the host's network, still offline) instead
 # of being sent in the context — no image-store copy of the wheels. Their contents are inputs.
@@ -19,17 +21,41 @@ paths=("$@")
 covered=0
 for p in "$@"; do case "$(realpath "$DOCKERFILE")" in "$(realpath "$p")"/*) covered=1 ;; esac; done
 [ $covered = 1 ] || paths+=("$DOCKERFILE")
+# The extra CA travels in the context as veri-extra-ca.pem (empty without one) to the Dockerfiles that
+# COPY it (then RUN veri-add-extra-ca): not as a build argument, which a company's whole CA bundle
+# (~200 KB) overflows ("Argument list too long": the kernel caps one argument at 128 KiB).
+extra=$(mktemp -d)
+cleanup() { rm -rf "$extra"; }
+trap cleanup EXIT
+ca_in=()
+if grep -q 'veri-extra-ca\.pem' "$DOCKERFILE"; then
+  if [ -n "${EXTRA_CA:-}" ]; then
+    grep -q -- '-----BEGIN CERTIFICATE-----' "$EXTRA_CA" 2>/dev/null \
+      || { echo "build-image: EXTRA_CA=$EXTRA_CA is not a PEM file of certificates (-----BEGIN CERTIFICATE-----)" >&2; exit 2; }
+    cp "$EXTRA_CA" "$extra/veri-extra-ca.pem"
+  else
+    : >"$extra/veri-extra-ca.pem"
+  fi
+  chmod 644 "$extra/veri-extra-ca.pem"
+  ca_in=(-C "$extra" veri-extra-ca.pem)
+elif [ -n "${EXTRA_CA:-}" ]; then
+  echo "build-image: EXTRA_CA is set but $DOCKERFILE never copies veri-extra-ca.pem: add" \
+    "'COPY veri-extra-ca.pem /usr/local/share/ca-certificates/' and 'RUN veri-add-extra-ca' (base-images/README.md)" >&2
+  exit 2
+fi
 ctx() { tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
   --exclude=__pycache__ --exclude='*.pyc' --exclude='*.egg-info' --exclude='.inputs' --exclude=.ruff_cache \
-  --exclude=.mypy_cache --exclude=.pytest_cache -c "${paths[@]}"; }
+  --exclude=.mypy_cache --exclude=.pytest_cache -c "${paths[@]}" "${ca_in[@]}"; }
 args=()
 while IFS= read -r kv; do [ -z "$kv" ] || args+=(--build-arg "$kv"); done <<<"${BUILD_ARGS:-}"
-ca=""
-if [ -n "${EXTRA_CA:-}" ]; then ca=$(cat "$EXTRA_CA"); args+=(--build-arg "EXTRA_CA_CERT=$ca"); fi
 parent_ids=$(for p in ${PARENTS:-}; do docker image inspect -f '{{.Id}}' "$p" 2>/dev/null || true; done)
 served() { for kv in "${serve[@]}"; do echo "${kv%%=*}"; tar --sort=name --mtime=@0 --owner=0 --group=0 \
   --numeric-owner --exclude='.inputs' -C "${kv#*=}" -c . | sha256sum; done; }
-digest=$( { ctx | sha256sum; served; printf '%s\n' "${BUILD_ARGS:-}" "$ca" "$parent_ids" "$NETWORK"; } \
+build_args=${BUILD_ARGS:-}
+prefix=${IMAGE_PREFIX:-veri}
+[ "$prefix" = veri ] || build_args=$(sed "s#=$prefix/#=veri/#" <<<"$build_args")
+# (the empty line stands where the CA's text was: it is in the context now)
+digest=$( { ctx | sha256sum; served; printf '%s\n' "$build_args" "" "$parent_ids" "$NETWORK"; } \
   | sha256sum | cut -c1-32)
 if [ "$(docker image inspect -f '{{index .Config.Labels "org.veri.inputs"}}' "$TAG" 2>/dev/null)" = "$digest" ]; then
   echo "build-image: $TAG is up to date"; exit 0
@@ -41,7 +67,7 @@ if [ ${#serve[@]} -gt 0 ]; then
   port_file=$(mktemp)
   python3 "$here/serve-vendor.py" "${serve[@]}" >"$port_file" &
   server=$!
-  trap 'kill $server 2>/dev/null; rm -f "$port_file"' EXIT
+  trap 'kill $server 2>/dev/null; rm -f "$port_file"; cleanup' EXIT
   for _ in $(seq 100); do [ -s "$port_file" ] && break; kill -0 $server 2>/dev/null || break; sleep 0.1; done
   port=$(head -1 "$port_file")
   [ -n "$port" ] || { echo "build-image: could not serve ${serve[*]} on 127.0.0.1" >&2; exit 1; }

@@ -16,11 +16,13 @@
 # is excluded, TORCH_GPU_INDEX_URL is added when set), nvidia-* wheels are expected.
 # --report FILE: resolve only (pip install --dry-run --report FILE: metadata, no wheel downloads),
 # print what would be vendored, leave OUT alone.
+# --check: no network at all; exit 0 when OUT is up to date for the SOURCEs, 1 when not.
 set -euo pipefail
-gpu=0 report=""
+gpu=0 report="" check=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --gpu) gpu=1; shift ;;
+    --check) check=1; shift ;;
     --report) report=${2:?--report FILE}; shift 2 ;;
     *) break ;;
   esac
@@ -75,6 +77,7 @@ if [ -z "$report" ] && [ "$(cat "$OUT/.inputs" 2>/dev/null)" = "$inputs" ] \
     && (cd "$OUT" && sha256sum --quiet -c lock.txt) 2>/dev/null; then
   echo "vendor-wheels: $OUT is up to date"; exit 0
 fi
+[ $check = 0 ] || exit 1
 
 mkdir -p "$(dirname "$OUT")"
 tmp=$(mktemp -d "${OUT%/}.tmp.XXXXXX")

@@ -4,19 +4,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import textwrap
 import time
 import uuid
-
-import pytest
 
 from tests.sandbox.conftest import (
     BASE,
     CLAUDE_AGENT,
     CODEX_AGENT,
     LABEL,
-    ROOT,
     RUNTIME,
     claude_code_version,
     docker,
@@ -203,40 +199,3 @@ def test_runtime_image_has_veri_and_cpu_torch(run_sandboxed):
     """), user="root", timeout=180)
     assert result.exit_code == 0, result.output
     assert result.output.strip().endswith("+cpu"), result.output
-
-
-def test_base_image_with_extra_ca(docker_client, tmp_path):
-    """`make base-image` builds a user's base FROM veri/base; EXTRA_CA adds a trusted CA."""
-    ca = tmp_path / "ca.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                    "-subj", "/CN=veri test CA", "-keyout", str(tmp_path / "key.pem"), "-out", str(ca)],
-                   check=True, capture_output=True)
-    (tmp_path / "Dockerfile").write_text(textwrap.dedent(f"""\
-        FROM {BASE}
-        USER root
-        ARG EXTRA_CA_CERT=""
-        RUN veri-add-extra-ca
-        COPY hello.txt /work/hello.txt
-        USER harness
-    """))
-    (tmp_path / "hello.txt").write_text("hello\n")
-    name = f"veri-test/custom-base-{uuid.uuid4().hex[:8]}"
-    try:
-        subprocess.run(["make", "-s", "base-image", f"NAME={name}", f"DOCKERFILE={tmp_path / 'Dockerfile'}",
-                        f"EXTRA_CA={ca}"], cwd=ROOT, check=True, capture_output=True, text=True, timeout=300)
-        body = "".join(ca.read_text().split("-----")[2].split())
-        out = docker_client.containers.run(
-            name, py("""
-                import os
-                bundle = "".join(open("/etc/ssl/certs/ca-certificates.crt").read().split())
-                print(open("/work/hello.txt").read().strip(), os.environ["CA_BODY"] in bundle)
-            """), environment={"CA_BODY": body}, runtime="runsc", network_mode="none", remove=True,
-        ).decode()
-        assert out.split() == ["hello", "True"], out
-    except subprocess.CalledProcessError as exc:
-        pytest.fail(f"make base-image failed:\n{exc.stdout}\n{exc.stderr}")
-    finally:
-        try:
-            docker_client.images.remove(name, force=True)
-        except docker.errors.ImageNotFound:
-            pass
