@@ -7,6 +7,7 @@
     ├── TrainerError
     │   ├── JobError                 the job cannot start: flags, services down, it already ran, bad name
     │   ├── ArchiveInUse             another trainer holds the job's archive (archive/writer.py)
+    │   ├── StateVolumeFull          the job's folder ran out of disk space (archive/volume.py)
     │   └── WeightSyncError          the policy server's weights are not the trainer's (weights/sync.py)
     ├── HttpCallError                (core/http.py) a call to another service failed
     │   ├── ControlError             the capture proxy's control routes (proxy/control_client.py)
@@ -35,6 +36,10 @@ class JobError(TrainerError):
 
 class ArchiveInUse(TrainerError):
     """Another process (or another JobArchive in this one) is writing the same job archive."""
+
+
+class StateVolumeFull(TrainerError):
+    """The volume of the job's folder filled up: the job stopped (job.json says so); free space, then resume."""
 
 
 class WeightSyncError(TrainerError):

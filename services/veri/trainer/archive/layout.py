@@ -56,6 +56,11 @@ class ArchiveLayout:
         return self.dir / "metrics.jsonl"
 
     @property
+    def space_reserve(self) -> Path:
+        """Room kept free while the archive is open, for job.json when the volume fills (`archive.volume`)."""
+        return self.dir / ".space-reserve"
+
+    @property
     def logs(self) -> Path:
         return self.dir / "logs"
 

@@ -42,7 +42,8 @@ from veri.trainer.archive.index import ArchiveIndex, IndexWriter, index_row
 from veri.trainer.archive.layout import ArchiveLayout, append_line, atomic_write, cut_partial_tail, read_metrics
 from veri.trainer.archive.metrics import MetricSinks
 from veri.trainer.archive.status import JobStatus, write_job_end, write_job_start
-from veri.trainer.errors import ArchiveInUse, JobError
+from veri.trainer.archive.volume import filled_up, full_message, reserve
+from veri.trainer.errors import ArchiveInUse, JobError, StateVolumeFull
 
 JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -64,13 +65,19 @@ class JobArchive:
         self.job_name = job_name
         self.layout = job_layout(root, job_name)
         self.dir = self.layout.dir
-        for folder in (self.layout.trajectories, self.layout.logs):
-            folder.mkdir(parents=True, exist_ok=True)
         self._mutex = threading.RLock()
-        self._lock_fd = _lock(self.layout.writer_lock)
+        try:
+            for folder in (self.layout.trajectories, self.layout.logs):
+                folder.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = _lock(self.layout.writer_lock)
+        except OSError as error:
+            if filled_up(self.dir, error):
+                raise StateVolumeFull(full_message(self.dir)) from error
+            raise
         self._reader: ArchiveIndex | None = None
         self._started = False
         try:
+            self._keep_reserve()
             self._recover()
             self._index = self._open_index()
         except BaseException:
@@ -182,6 +189,7 @@ class JobArchive:
             if self._reader is not None:
                 self._reader.close()
             self._index.close()
+            self.layout.space_reserve.unlink(missing_ok=True)
             _unlock(self._lock_fd)
             self._lock_fd = None
 
@@ -189,16 +197,25 @@ class JobArchive:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, *tb: object) -> None:
+        full = kind is not None and not issubclass(kind, KeyboardInterrupt) and filled_up(self.dir, error)
+        if full:  # the reserve makes room for job.json and the last log line
+            self.layout.space_reserve.unlink(missing_ok=True)
         try:
+            if full:
+                self.log(f"stopped: {full_message(self.dir)} (the failure: {type(error).__name__}: {error})")
             if self._started:
                 if kind is None:
                     write_job_end(self.layout, JobStatus.FINISHED)
                 elif issubclass(kind, KeyboardInterrupt):
                     write_job_end(self.layout, JobStatus.STOPPED)
+                elif full:
+                    write_job_end(self.layout, JobStatus.FAILED, full_message(self.dir))
                 else:
                     write_job_end(self.layout, JobStatus.FAILED, f"{kind.__name__}: {error}")
         finally:
             self.close()
+        if full:
+            raise StateVolumeFull(full_message(self.dir)) from error
 
     # --- internals -----------------------------------------------------------------------------------
 
@@ -212,6 +229,14 @@ class JobArchive:
                 f"cannot {action} step {step}: step {self._last_completed} is already complete in {self.dir}"
                 " (on resume, call discard_incomplete_steps(after=<checkpoint step> - 1) or prepare_resume first)"
             )
+
+    def _keep_reserve(self) -> None:
+        try:
+            reserve(self.layout.space_reserve)
+        except OSError as error:
+            if filled_up(self.dir, error):
+                raise StateVolumeFull(full_message(self.dir)) from error
+            raise
 
     def _recover(self) -> None:
         """Undo what a crash can leave: a partial metrics line, temp files."""
@@ -273,8 +298,12 @@ def _lock(path: Path) -> int:
     except OSError:
         os.close(fd)
         raise ArchiveInUse(f"another trainer is writing the archive {path.parent} (it holds {path})") from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    except OSError:  # e.g. a full volume: let go of the lock
+        os.close(fd)
+        raise
     return fd
 
 

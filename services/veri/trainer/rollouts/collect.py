@@ -5,17 +5,23 @@ one launcher group, then close the sessions (a straggling call now gets 409) and
 Each rollout's spans become its episode (`build_episode`, then `truncate_episode` at
 max_response_length); the launcher's verdict on the harness (status, exit code, log tails, an
 infrastructure error) is kept in the record's verdicts, where the job page and `veri debug` show it.
+
+A proxy that restarts mid-step (killed, then brought back by its `restart:` policy) is waited for:
+its spans are in its store, and every control call here is safe to repeat (`until_proxy_answers`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from veri.core.episodes import Decoder, Episode, Rule, build_episode, truncate_episode
 from veri.core.harness import rollout_env
+from veri.core.http import HttpCallError
 from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch, SandboxLimits
 from veri.core.records import SessionInfo, Span
 from veri.core.rollouts import RolloutRecord
@@ -23,6 +29,9 @@ from veri.proxy.control_client import ControlClient
 from veri.trainer.rollouts.runner import RolloutRunner
 
 LOG_TAIL_IN_VERDICT = 4000  # characters of stderr / stdout kept in a failed rollout's verdict
+PROXY_RESTART_S = 90.0  # how long a control call that got no answer is tried again (a proxy restarting)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -77,7 +86,7 @@ class GroupCollector:
             await self._close(sessions, return_exceptions=True)
             raise
         await self._close(sessions)
-        spans = await asyncio.gather(*(asyncio.to_thread(self.control.spans, s.rollout_id) for s in sessions))
+        spans = await asyncio.gather(*(asyncio.to_thread(self._spans, s.rollout_id) for s in sessions))
         return [
             CollectedRollout(self._record(step, task_index, task, index, result, rollout_spans), result)
             for index, result, rollout_spans in zip(indices, results, spans, strict=True)
@@ -88,7 +97,7 @@ class GroupCollector:
 
         def open_one(index: int) -> SessionInfo:
             metadata = {**labels, "step": step, "task_index": task_index, "rollout_index": index}
-            return self.control.open_session(metadata=metadata)
+            return until_proxy_answers(lambda: self.control.open_session(metadata=metadata))
 
         opening = asyncio.gather(*(asyncio.to_thread(open_one, i) for i in indices), return_exceptions=True)
         try:
@@ -105,8 +114,14 @@ class GroupCollector:
         return [item for item in opened if isinstance(item, SessionInfo)]
 
     async def _close(self, sessions: list[SessionInfo], *, return_exceptions: bool = False) -> None:
-        await asyncio.gather(*(asyncio.to_thread(self.control.close_session, s.rollout_id) for s in sessions),
+        await asyncio.gather(*(asyncio.to_thread(self._close_one, s.rollout_id) for s in sessions),
                              return_exceptions=return_exceptions)
+
+    def _close_one(self, rollout_id: str) -> SessionInfo:
+        return until_proxy_answers(lambda: self.control.close_session(rollout_id))
+
+    def _spans(self, rollout_id: str) -> list[Span]:
+        return until_proxy_answers(lambda: self.control.spans(rollout_id))
 
     def _launch(
         self, session: SessionInfo, step: int, task_index: int, task: dict[str, Any], index: int
@@ -136,6 +151,23 @@ class GroupCollector:
             rollout_id=result.rollout_id, task_index=task_index, rollout_index=index, policy_step=step, task=task,
             status=result.status, exit_code=result.exit_code, spans=spans, episode=episode,
         )
+
+
+def until_proxy_answers(call: Callable[[], T], *, wait_s: float = PROXY_RESTART_S) -> T:
+    """`call()`, tried again while the proxy gives no answer (down, restarting) for up to `wait_s`.
+
+    Safe for the collector's calls: closing and reading spans are idempotent, and an open whose answer
+    was lost leaves an unused session row behind (the retry opens another). An answer, even an error,
+    is final."""
+    deadline, delay = time.monotonic() + wait_s, 0.5
+    while True:
+        try:
+            return call()
+        except HttpCallError as error:
+            if error.status is not None or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 5.0)
 
 
 def with_launch_details(episode: Episode, result: LaunchResult) -> Episode:

@@ -7,6 +7,8 @@ from pathlib import Path
 from veri.core.http import HttpCallError, JsonClient
 from veri.core.policy_api import PolicyVersionResponse, UpdateWeightsRequest
 
+CONNECT_RETRIES = 7  # httpx's backoff 0, 0.5, 1 ... 16 s: about 30 s in all
+
 
 class PolicyAdminError(HttpCallError):
     """The policy server refused or missed a weight call (see veri.core.http for the message)."""
@@ -15,7 +17,9 @@ class PolicyAdminError(HttpCallError):
 class PolicyAdmin:
     def __init__(self, base_url: str, *, timeout_s: float = 600.0) -> None:
         # Long timeout: the server applies an update between decode steps, after in-flight rows finish.
+        # A restarting server refuses connections for a while: those are retried (they never reached it).
         self._json = JsonClient(base_url, service="policy server", timeout_s=timeout_s, error=PolicyAdminError,
+                                retries=CONNECT_RETRIES,
                                 unreachable_fix="start it first (make up), or pass its URL: --policy-url")
 
     def policy_version(self) -> int:

@@ -84,7 +84,10 @@ class HfWeightSync(TrainerCallback):
     ) -> None:
         started = time.monotonic()
         served, previous = self.admin.policy_version(), self.versions.expected(state.global_step - 1)
-        if served != previous:
+        if served == 0 != previous:  # a restarted server (the model folder's weights): the push puts ours back
+            self.report(f"policy server at version 0 after step {state.global_step - 1}, expected {previous}:"
+                        " it restarted; pushing the trainer's weights again")
+        elif served != previous:
             raise WeightSyncError(
                 f"the policy server is at version {served} after step {state.global_step - 1}, expected"
                 f" {previous}: something else updates its weights; give the job its own policy server"
