@@ -20,9 +20,9 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gunicorn.app.base import BaseApplication
-from gunicorn.glogging import Logger
-from uvicorn_worker import UvicornWorker
+from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]  # gunicorn ships no types
+from gunicorn.glogging import Logger  # type: ignore[import-untyped]
+from uvicorn_worker import UvicornWorker  # type: ignore[import-untyped]
 
 from veri.core import envs
 
