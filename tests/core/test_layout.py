@@ -193,10 +193,27 @@ def test_one_gpu_is_shared_with_filesystem_sync():
     assert layout.shared and (layout.trainer_gpu, layout.policy_gpus, layout.idle_gpus) == (0, (0,), ())
     assert (layout.weight_sync, layout.gpu_memory_utilization) == (WeightSync.FILESYSTEM, 0.3)
     assert layout.trainer_cuda_visible_devices == "0" and layout.policy_servers[0].cuda_visible_devices == "0"
-    assert "sleep mode" in layout.describe() and "cannot connect two processes on one device" in layout.describe()
+    assert "vllm_sleep_mode: true would free" in layout.describe()
+    assert "cannot connect two processes on one device" in layout.describe()
     assert plan_layout(GpuInventory.nvidia(1), 32, gpu_memory_utilization=0.4).gpu_memory_utilization == 0.4
     with pytest.raises(LayoutError, match="weight_sync: nccl needs the trainer and the policy on different GPUs"):
         plan_layout(GpuInventory.nvidia(1), 32, weight_sync=WeightSync.NCCL)
+
+
+def test_sleep_mode_is_planned_for_one_shared_gpu_and_cpu_only():
+    shared = plan_layout(GpuInventory.nvidia(1, memory_gib=80), QWEN3_4B, sleep_mode=True)
+    assert shared.sleep_mode and shared.policy_servers[0].vllm_args()[-1] == "--enable-sleep-mode"
+    assert "sleeps from the end of each step's rollouts" in shared.describe()
+    assert GpuLayout.from_json(shared.to_json()) == shared
+    assert "--enable-sleep-mode" not in plan_layout(GpuInventory.nvidia(1), 32).policy_servers[0].vllm_args()
+    cpu = plan_layout(GpuInventory(0, GpuVendor.NONE), 16, data_parallel_size=2, device=PolicyDevice.CPU,
+                      sleep_mode=True)
+    assert cpu.sleep_mode and "frees no memory" in cpu.describe()
+    # vLLM's CPU build refuses --enable-sleep-mode; its engine still pauses and resumes on /sleep, /wake_up
+    assert all("--enable-sleep-mode" not in server.vllm_args() for server in cpu.policy_servers)
+    with pytest.raises(LayoutError, match="the trainer has GPU 0 to itself") as raised:
+        plan_layout(GpuInventory.nvidia(4), 32, sleep_mode=True)
+    assert raised.value.knob == "vllm_sleep_mode" and "remove vllm_sleep_mode" in raised.value.fix
 
 
 def test_filesystem_sync_can_be_forced_on_several_gpus():

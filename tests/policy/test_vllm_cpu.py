@@ -202,3 +202,30 @@ def test_trl_server_mode_routes_are_served(vllm):
     info = httpx.get(vllm + "/server_info", params={"config_format": "json"}, timeout=30).json()
     assert info["vllm_config"]["model_config"]["logprobs_mode"] == "processed_logprobs"  # GRPOTrainer checks it
     assert httpx.get(vllm + "/get_world_size", timeout=30).json() == {"world_size": 1}
+
+
+def test_sleep_pauses_the_engine_until_weights_and_kv_cache_are_awake(vllm):
+    """vllm_sleep_mode's calls (trainer/weights/vllm_admin.py) on the real server: the CPU build frees no
+    memory (no --enable-sleep-mode there) but pauses and resumes its engine exactly as a GPU server does."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from veri.trainer.weights.vllm_admin import VllmAdmin
+
+    admin = VllmAdmin(vllm, timeout_s=60)
+    try:
+        assert admin.is_sleeping() is False
+        admin.sleep(level=1)
+        assert admin.is_sleeping() is True
+        with ThreadPoolExecutor(1) as pool:  # a request that arrives while it sleeps waits for it
+            waiting = pool.submit(direct, vllm, [1, 2, 3], max_tokens=4, temperature=0.0)
+            time.sleep(3)
+            assert not waiting.done()
+            admin.wake_up("weights")
+            assert admin.is_sleeping() is True  # the KV cache still sleeps: nothing is scheduled yet
+            admin.wake_up("kv_cache")
+            assert admin.is_sleeping() is False
+            assert len(waiting.result(timeout=120)["choices"][0]["token_ids"]) == 4
+        assert admin.reset_prefix_cache()
+    finally:
+        admin.wake_up()
+        admin.close()

@@ -60,6 +60,7 @@ def _records(job: Path, step: int) -> list[RolloutRecord]:
 def test_each_step_is_sampled_by_its_own_version_on_both_replicas(vllm_job):
     done, job, replicas = vllm_job
     assert "policy (vLLM CPU build) TP=1 x DP=2" in done.stderr  # the plan, made once and shown
+    assert "sleep mode: the policy sleeps" in done.stderr
     for step in (0, 1):
         records = _records(job, step)
         assert len(records) == 8
@@ -83,6 +84,7 @@ def test_served_logprobs_follow_the_trained_weights(vllm_job):
             ratio = line[f"train/sampling/importance_sampling_ratio/{bound}"]
             assert abs(ratio - 1.0) <= IS_RATIO_TOLERANCE, line
         assert line["time/weight_sync_s"] > 0
+        assert line["time/policy_sleep_s"] > 0  # vllm_sleep_mode: both servers slept after the rollouts, woke to sync
         assert line["replica/0/requests"] == line["replica/1/requests"] == 4
         assert 0.0 <= line["replica/0/prefix_cache_hit_rate"] <= 1.0
     # ...and those weights moved: step 1's served logprobs are not the original model's.

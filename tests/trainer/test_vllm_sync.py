@@ -19,15 +19,28 @@ def trainer_at(step: int) -> SimpleNamespace:
     return SimpleNamespace(model=torch.nn.Linear(2, 2), state=SimpleNamespace(global_step=step))
 
 
-def server(calls: list, answer=None, *, reset: bool = True, fail: Exception | None = None) -> VllmAdmin:
+def server(calls: list, answer=None, *, reset: bool = True, fail: Exception | None = None,
+           stays_asleep: bool = False) -> VllmAdmin:
+    asleep: set[str] = set()  # vLLM's sleeping tags
+
     def handle(request: httpx.Request) -> httpx.Response:
         if fail is not None:
             raise fail
         body = json.loads(request.content or b"{}")
-        calls.append((request.url.path, body))
-        if request.url.path == "/collective_rpc":
+        path = request.url.path
+        calls.append((path, body) if path != "/wake_up" else (path, request.url.params.get("tags")))
+        if path == "/collective_rpc":
             folder = body["args"][0]
             return httpx.Response(200, json={"results": answer or [{"folder": folder, "retied": []}]})
+        if path == "/sleep":
+            asleep.update({"weights", "kv_cache"})
+            return httpx.Response(200)  # vLLM answers these with no body
+        if path == "/wake_up":
+            if not stays_asleep:
+                asleep.difference_update(request.url.params.get_list("tags") or {"weights", "kv_cache"})
+            return httpx.Response(200)
+        if path == "/is_sleeping":
+            return httpx.Response(200, json={"is_sleeping": bool(asleep)})
         return httpx.Response(200, json={"success": reset})
 
     return VllmAdmin("http://policy:8001", timeout_s=5, transport=httpx.MockTransport(handle))
@@ -67,3 +80,45 @@ def test_a_prefix_cache_that_stays_fails_the_step(tmp_path):
     sync = FilesystemSync(trainer_at(0), [server([], reset=False)], tmp_path, report=print, timing=lambda *a: None)
     with pytest.raises(WeightSyncError, match="kept its prefix cache"):
         sync.sync_weights()
+
+
+def test_sleep_mode_sleeps_after_the_rollouts_and_wakes_weights_before_loading_them(tmp_path):
+    calls, timings = [], {}
+    sync = FilesystemSync(trainer_at(0), [server(calls)], tmp_path, report=print, timing=timings.__setitem__,
+                          sleep_mode=True)
+    sync.sync_weights()  # step 0: a fresh server is awake; waking it is harmless (vLLM only warns)
+    sync.sleep(0)  # the rollout function, once step 0's rollouts are in
+    sync.trainer.state.global_step = 1
+    sync.sync_weights()
+    sync.wake()  # the job ends
+    paths = [(path, detail if path == "/wake_up" else None) for path, detail in calls]
+    one_sync = [("/wake_up", "weights"), ("/collective_rpc", None), ("/wake_up", "kv_cache"), ("/is_sleeping", None),
+                ("/reset_prefix_cache", None)]
+    assert paths == [*one_sync, ("/sleep", None), *one_sync, ("/wake_up", None)]
+    assert timings["policy_sleep"] >= 0 and timings["weight_sync"] > 0
+
+
+def test_without_sleep_mode_nothing_sleeps(tmp_path):
+    calls = []
+    sync = FilesystemSync(trainer_at(0), [server(calls)], tmp_path, report=print, timing=lambda *a: None)
+    sync.sleep(0)
+    sync.wake()
+    assert calls == []
+
+
+def test_a_server_that_stays_asleep_fails_the_step_by_name(tmp_path):
+    sync = FilesystemSync(trainer_at(2), [server([], stays_asleep=True)], tmp_path, report=print,
+                          timing=lambda *a: None, sleep_mode=True)
+    sync.sleep(1)
+    with pytest.raises(WeightSyncError, match="still sleeps after waking its weights and KV cache for step 2"):
+        sync.sync_weights()
+
+
+def test_a_server_without_the_sleep_routes_is_named(tmp_path):
+    def handle(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    missing = VllmAdmin("http://policy:8001", timeout_s=5, transport=httpx.MockTransport(handle))
+    sync = FilesystemSync(trainer_at(1), [missing], tmp_path, report=print, timing=lambda *a: None, sleep_mode=True)
+    with pytest.raises(WeightSyncError, match="did not go to sleep for step 1 .*VLLM_SERVER_DEV_MODE=1"):
+        sync.sleep(1)

@@ -35,6 +35,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     command.add_argument("--gpu-memory-utilization", type=float, default=None, help="vllm_gpu_memory_utilization")
     command.add_argument("--weight-sync", choices=[item.value for item in layout.WeightSync], default="auto")
     command.add_argument("--device", choices=[item.value for item in layout.PolicyDevice], default="auto")
+    command.add_argument("--sleep-mode", action="store_true", help="vllm_sleep_mode (1 GPU, or --device cpu)")
     command.add_argument("--json", action="store_true", help="print the plan as JSON (what VERI_GPU_PLAN carries)")
     command.set_defaults(func=_print)
 
@@ -57,6 +58,7 @@ def plan_from_args(args: argparse.Namespace) -> layout.GpuLayout:
         gpu_memory_utilization=args.gpu_memory_utilization,
         weight_sync=layout.WeightSync(args.weight_sync),
         device=layout.PolicyDevice(args.device),
+        sleep_mode=args.sleep_mode,
     )
 
 

@@ -24,7 +24,7 @@ from veri.core.problems import Problem, ProblemsError
 
 _VLLM_ONLY = (
     "vllm_tensor_parallel_size", "vllm_data_parallel_size", "vllm_gpu_memory_utilization", "max_model_len",
-    "weight_sync", "device",
+    "weight_sync", "device", "vllm_sleep_mode",
 )
 _BUILDABLE_MODELS = {name: f"veri model {name} --out {{path}}" for name in ("tiny", "tiny-vllm", "smollm2")}
 
@@ -254,5 +254,5 @@ CHECKS: list[tuple[tuple[str, ...], Check]] = [
     (("model", "max_model_len", "max_response_length"), _context_length),
     (("grpo",), _grpo),
     (("backend", "model", "vllm_tensor_parallel_size", "vllm_data_parallel_size", "vllm_gpu_memory_utilization",
-      "weight_sync", "device"), _layout),
+      "weight_sync", "device", "vllm_sleep_mode"), _layout),
 ]

@@ -134,6 +134,11 @@ class JobConfig(BaseModel):
         description="vllm: how the trainer's weights reach the policy: nccl (2+ GPUs), filesystem (1 GPU, CPU,"
         " or where NCCL cannot go); auto picks (layout planner -> trainer and policy)",
     )
+    vllm_sleep_mode: bool = Field(
+        default=False,
+        description="vllm: the policy sleeps (weights to host memory, KV cache freed) from the end of each step's"
+        " rollouts to the next weight sync, giving the trainer the GPU (1 GPU shared; --enable-sleep-mode)",
+    )
     device: PolicyDevice = Field(
         default=PolicyDevice.AUTO,
         description="vllm: auto/cuda = NVIDIA GPUs (planned); cpu = vLLM's CPU build, one server per replica",
@@ -169,6 +174,7 @@ class JobConfig(BaseModel):
             gpu_memory_utilization=self.vllm_gpu_memory_utilization,
             weight_sync=self.weight_sync,
             device=self.device,
+            sleep_mode=self.vllm_sleep_mode,
         )
 
 

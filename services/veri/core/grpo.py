@@ -41,7 +41,7 @@ VERI_OWNED: dict[str, str] = {
     "vllm_tensor_parallel_size": "use the top-level `vllm_tensor_parallel_size` (TRL's field " + _COLOCATE + ")",
     "vllm_gpu_memory_utilization": "use the top-level `vllm_gpu_memory_utilization` (TRL's field " + _COLOCATE + ")",
     "vllm_max_model_length": "use the top-level `max_model_len` (TRL's field " + _COLOCATE + ")",
-    "vllm_enable_sleep_mode": _COLOCATE,
+    "vllm_enable_sleep_mode": "use the top-level `vllm_sleep_mode` (TRL's field " + _COLOCATE + ")",
     "vllm_model_impl": _COLOCATE,
     "vllm_structured_outputs_regex": _PROXY,
     "top_k": _PROXY,

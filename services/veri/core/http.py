@@ -116,6 +116,15 @@ class JsonClient:
             raise self.shape.failed(method, path, exc) from exc
         return self.shape.value(method, path, reply)
 
+    def command(self, method: str, path: str, *, params: dict[str, str] | None = None) -> None:
+        """A call answered 200 with no body (vLLM's /sleep, /wake_up); raises like `call` otherwise."""
+        try:
+            reply = self._http.request(method, path, params=params)
+        except httpx.HTTPError as exc:
+            raise self.shape.failed(method, path, exc) from exc
+        if reply.status_code != 200 or reply.content:
+            self.shape.value(method, path, reply)  # the error for a non-200; a body is tolerated
+
     def close(self) -> None:
         self._http.close()
 

@@ -190,6 +190,7 @@ class PolicyServer:
     tensor_parallel_size: int
     data_parallel_size: int
     gpu_memory_utilization: float | None  # None on CPU
+    sleep_mode: bool = False  # --enable-sleep-mode (CUDA only: vLLM's CPU build refuses the flag)
 
     def vllm_args(self) -> list[str]:
         args = ["--tensor-parallel-size", str(self.tensor_parallel_size)]
@@ -197,6 +198,8 @@ class PolicyServer:
             args += ["--data-parallel-size", str(self.data_parallel_size)]
         if self.gpu_memory_utilization is not None:
             args += ["--gpu-memory-utilization", f"{self.gpu_memory_utilization:g}"]
+        if self.sleep_mode:
+            args.append("--enable-sleep-mode")
         return args
 
 
@@ -214,6 +217,9 @@ class GpuLayout:
     gpu_memory_utilization: float | None = None  # vLLM's share of each policy GPU; None on CPU
     gpu_ids: tuple[str, ...] = ()  # CUDA id of each GPU index
     notes: tuple[str, ...] = ()  # why
+    # vllm_sleep_mode: the policy sleeps from the end of a step's rollouts to the next sync (the trainer's
+    # forward, backward and optimizer step get its GPU memory); 1 GPU, or CPU (the same calls, no memory freed)
+    sleep_mode: bool = False
 
     @property
     def shared(self) -> bool:
@@ -242,7 +248,7 @@ class GpuLayout:
             return [PolicyServer("", self.tensor_parallel_size, 1, None)] * self.data_parallel_size
         devices = self._ids(self.policy_gpus)
         tp, dp = self.tensor_parallel_size, self.data_parallel_size
-        return [PolicyServer(devices, tp, dp, self.gpu_memory_utilization)]
+        return [PolicyServer(devices, tp, dp, self.gpu_memory_utilization, self.sleep_mode)]
 
     def describe(self) -> str:
         lines = [self._summary()]
@@ -250,6 +256,8 @@ class GpuLayout:
             where = f"CUDA_VISIBLE_DEVICES={server.cuda_visible_devices}" if server.cuda_visible_devices else "CPU"
             lines.append(f"policy server: {where} vllm serve {' '.join(server.vllm_args())}")
         lines.append(f"weight sync: {self.weight_sync}")
+        if self.sleep_mode:
+            lines.append("sleep mode: the policy sleeps from the end of each step's rollouts to the next weight sync")
         if self.device == PolicyDevice.CUDA:
             lines.append(f"idle GPUs: {_gpu_list(self.idle_gpus) if self.idle_gpus else 'none'}")
         return "\n".join([*lines, *(f"- {note}" for note in self.notes)])
@@ -309,17 +317,19 @@ def plan_layout(
     gpu_memory_utilization: float | None = None,
     weight_sync: WeightSync = WeightSync.AUTO,
     device: PolicyDevice = PolicyDevice.AUTO,
+    sleep_mode: bool = False,
 ) -> GpuLayout:
     """Plan where the trainer and the policy run, or raise `LayoutError` naming the fix.
 
     `model`: the model's facts (a bare int = its attention-head count, nothing else known). The knobs
     are the job's (None / AUTO: planned): `vllm_tensor_parallel_size`, `vllm_data_parallel_size` (an
-    int or "auto"), `vllm_gpu_memory_utilization`, `weight_sync`, `device`.
+    int or "auto"), `vllm_gpu_memory_utilization`, `weight_sync`, `device`, `vllm_sleep_mode`.
     """
     facts = model if isinstance(model, ModelFacts) else ModelFacts.from_heads(model)
     auto_dp = data_parallel_size == AUTO
     given_dp = data_parallel_size if isinstance(data_parallel_size, int) else None
-    knobs = _Knobs(tensor_parallel_size, given_dp, auto_dp, gpu_memory_utilization, WeightSync(weight_sync))
+    knobs = _Knobs(tensor_parallel_size, given_dp, auto_dp, gpu_memory_utilization, WeightSync(weight_sync),
+                   sleep_mode)
     if device == PolicyDevice.CPU:
         return _plan_cpu(facts, knobs)
     _check_machine(gpus)
@@ -366,6 +376,7 @@ class _Knobs:
     auto_dp: bool  # vllm_data_parallel_size: auto
     memory_utilization: float | None
     weight_sync: WeightSync
+    sleep_mode: bool = False
 
 
 def _plan_split(gpus: GpuInventory, facts: ModelFacts, knobs: _Knobs) -> GpuLayout:
@@ -374,6 +385,11 @@ def _plan_split(gpus: GpuInventory, facts: ModelFacts, knobs: _Knobs) -> GpuLayo
     error = parallel_size_problem(facts, knobs.tp, knobs.dp, free=free)  # auto: checked as 1
     if error:
         raise error
+    if knobs.sleep_mode:
+        raise LayoutError(f"vllm_sleep_mode frees the policy's GPU memory for the trainer, but with {gpus.count} GPUs"
+                          f" the trainer has GPU {TRAINER_GPU} to itself: sleeping would only slow each step",
+                          "remove vllm_sleep_mode (it is for 1 GPU shared by the trainer and the policy)",
+                          "vllm_sleep_mode")
     utilization = knobs.memory_utilization or VLLM_DEFAULT_MEMORY_UTILIZATION
     if knobs.auto_dp:
         tp, dp, why, fitted = _fill_with_replicas(free, facts, knobs.tp, gpus.memory_gib, utilization)
@@ -406,11 +422,13 @@ def _plan_shared(gpus: GpuInventory, facts: ModelFacts, knobs: _Knobs) -> GpuLay
          " (vllm_gpu_memory_utilization), the trainer the rest"),
         *_memory_notes(facts, 1, gpus.memory_gib, utilization),
         "weight sync filesystem: TRL's NCCL communicator cannot connect two processes on one device",
-        ("optional: vLLM sleep mode (--enable-sleep-mode) would free vLLM's memory during the optimizer step"
-         " (not enabled by this plan)"),
+        ("vllm_sleep_mode: vLLM sleeps (level 1: weights to host memory, KV cache freed) from the end of each"
+         " step's rollouts until the next weight sync, so the trainer's step gets its memory"
+         if knobs.sleep_mode else
+         "vllm_sleep_mode: true would free vLLM's memory during the trainer's step (--enable-sleep-mode)"),
     ]
     return GpuLayout(PolicyDevice.CUDA, 1, facts.attention_heads, facts.kv_heads, 1, 1, WeightSync.FILESYSTEM,
-                     TRAINER_GPU, (TRAINER_GPU,), utilization, gpus.device_ids(), tuple(notes))
+                     TRAINER_GPU, (TRAINER_GPU,), utilization, gpus.device_ids(), tuple(notes), knobs.sleep_mode)
 
 
 def _plan_cpu(facts: ModelFacts, knobs: _Knobs) -> GpuLayout:
@@ -432,8 +450,11 @@ def _plan_cpu(facts: ModelFacts, knobs: _Knobs) -> GpuLayout:
     if knobs.auto_dp:
         notes.insert(1, "vllm_data_parallel_size: auto fills free GPUs; on CPU it means 1 server"
                         " (set a number for more)")
+    if knobs.sleep_mode:
+        notes.append("vllm_sleep_mode: each server sleeps from the end of a step's rollouts to the next sync, as on"
+                     " 1 GPU; the CPU build pauses its engine but frees no memory (it has no sleep allocator)")
     return GpuLayout(PolicyDevice.CPU, 0, facts.attention_heads, facts.kv_heads, 1, dp, WeightSync.FILESYSTEM,
-                     None, (), None, (), tuple(notes))
+                     None, (), None, (), tuple(notes), knobs.sleep_mode)
 
 
 class _Parallel(NamedTuple):

@@ -19,6 +19,7 @@ import httpx
 from veri.core import envs
 from veri.core.config import Backend, JobConfig
 from veri.core.dataset import read_dataset
+from veri.core.http import HttpCallError
 from veri.core.layout import GpuLayout, LayoutError, WeightSync, plan_from_env
 from veri.launcher.errors import LauncherError
 from veri.proxy.control_client import ControlClient
@@ -124,13 +125,16 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
             os.environ.setdefault("VLLM_HOST_IP", socket.gethostbyname(socket.gethostname()))
         trainer = build_trainer(config, args=args, tokenizer=tokenizer, dataset=trl_dataset(tasks),
                                 rollout_func=rollouts, reward_funcs=reward_funcs, callbacks=callbacks)
-        if plan is not None:
-            _attach_vllm_sync(trainer, plan, options, folders, archive, progress)
+        sleeper = _attach_vllm_sync(trainer, plan, options, folders, archive, progress) if plan else None
+        if sleeper is not None and plan is not None and plan.sleep_mode:
+            rollouts.after_rollouts = sleeper.sleep
         use_bars(trainer, bars)
         try:
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         finally:  # also when interrupted: leave the terminal clean
             bars.stop()
+            if sleeper is not None:
+                _wake_policy(sleeper, archive)
     return trainer
 
 
@@ -144,13 +148,24 @@ def _plan(config: JobConfig) -> GpuLayout:
 
 
 def _attach_vllm_sync(trainer: Any, plan: GpuLayout, options: TrainOptions, folders: ArchiveLayout,
-                      archive: JobArchive, progress: StepProgress) -> None:
+                      archive: JobArchive, progress: StepProgress) -> FilesystemSync | None:
     if plan.weight_sync == WeightSync.NCCL:
         trainer.vllm_generation = TimedSync(trainer.vllm_generation, progress.timing)
-        return
+        return None
     servers = [VllmAdmin(url, timeout_s=options.weight_sync_timeout_s) for url in options.policy_urls]
-    seat_weight_sync(trainer, FilesystemSync(trainer, servers, folders.weights, report=archive.log,
-                                             timing=progress.timing))
+    sync = FilesystemSync(trainer, servers, folders.weights, report=archive.log, timing=progress.timing,
+                          sleep_mode=plan.sleep_mode)
+    seat_weight_sync(trainer, sync)
+    return sync
+
+
+def _wake_policy(sync: FilesystemSync, archive: JobArchive) -> None:
+    """Sleep mode: the job ends (or fails) with the servers awake, so a stack kept up serves again."""
+    try:
+        sync.wake()
+    except HttpCallError as error:  # the job's own outcome matters more; say what is left to do
+        archive.log(f"could not wake the policy server(s) at the end of the job ({error}); `make down && make up`"
+                    " restarts them")
 
 
 def _runner(options: TrainOptions, folders: ArchiveLayout) -> RolloutRunner:

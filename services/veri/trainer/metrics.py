@@ -8,7 +8,7 @@ plus the step whose rollouts are running now:
     veri_trainer_step                              the step being worked on (its rollouts started)
     veri_trainer_step_rollouts{state}              that step's rollouts: total, done
     veri_trainer_steps_completed_total             steps whose metrics line is written
-    veri_trainer_step_phase_seconds{phase}         rollout, reward, train, weight_sync: each step's split
+    veri_trainer_step_phase_seconds{phase}         rollout, reward, train, weight_sync, policy_sleep: a step's split
     veri_trainer_step_seconds                      a whole step
     veri_trainer_policy_version                    the newest policy version that sampled the last step
     veri_trainer_rollouts_total{status}            completed / failed / truncated

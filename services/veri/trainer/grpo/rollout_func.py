@@ -52,6 +52,7 @@ class HarnessRollouts:
     masked: MaskedRow
     max_parallel_rollouts: int
     announce_to: ControlClient | None = None  # vLLM: the proxy to announce versions to
+    after_rollouts: Callable[[int], None] | None = None  # vllm_sleep_mode: the policy sleeps until the next sync
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         step = trainer.state.global_step
@@ -75,6 +76,8 @@ class HarnessRollouts:
         extra |= self._version_check(step, records)
         timings = {"rollout": rolled - started, "reward": scored - rolled}
         self.progress.begin(step, records, timings, extra)
+        if self.after_rollouts is not None:
+            self.after_rollouts(step)
         return rollout_output(records, self.masked, [f.name for f in self.scorer.functions])
 
     async def _collect(self, step: int, groups: list[TaskGroup]) -> list[CollectedRollout]:

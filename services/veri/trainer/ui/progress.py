@@ -5,7 +5,8 @@ archive's commit point must precede the checkpoint, see `archive`): in `on_log` 
 step (loss, grad norm, KL, entropy... under `train/`), else in `on_step_end`. HF's callback order makes
 both precede the save: on_step_end -> log (on_log) -> save. Timings (seconds): rollout and reward (the
 rollout function), weight_sync (hf: the push after the optimizer step; vLLM: the sync that loaded this
-step's weights, before its rollouts), train (rollouts done -> optimizer step done, an hf push excluded).
+step's weights, before its rollouts), policy_sleep (vllm_sleep_mode: putting the policy to sleep after the
+rollouts), train (rollouts done -> optimizer step done, an hf push and the sleep excluded).
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ class StepProgress:
         """Called after the weight sync's on_step_end (the sync's own time is not training)."""
         if self.current is not None:
             elapsed = time.monotonic() - self.current.rollouts_done
-            self.current.timings["train"] = elapsed - self.current.timings.get("weight_sync", 0.0)
+            other = self.current.timings.get("weight_sync", 0.0) + self.current.timings.get("policy_sleep", 0.0)
+            self.current.timings["train"] = elapsed - other
 
     def trl_logs(self, logs: dict[str, Any]) -> None:
         if self.current is not None:
@@ -116,7 +118,8 @@ class StepProgress:
             summary += f", loss {metrics[TRL_PREFIX + 'loss']:.4g}"
         if metrics.get("tool_calls/parse_failed"):  # named as it happens: degrading tool use precedes reward collapse
             summary += f", tool calls unparsed {metrics['tool_calls/parse_failed']}/{metrics['tool_calls/attempted']}"
-        times = ", ".join(f"{name} {step.timings[name]:.1f}s" for name in ("rollout", "reward", "train", "weight_sync")
+        times = ", ".join(f"{name} {step.timings[name]:.1f}s" for name in ("rollout", "reward", "train", "weight_sync",
+                                                                      "policy_sleep")
                           if name in step.timings)
         self.archive.log(summary)
         self.display.print(f"{summary} ({times})" if times else summary)  # the one line per step a user watches

@@ -3,6 +3,10 @@
     reload_weights(folder)   POST /collective_rpc {"method": "veri_reload_weights", "args": [folder]}:
                              every worker loads the folder's safetensors (veri.policy.vllm.worker)
     reset_prefix_cache()     POST /reset_prefix_cache: no cached prefix computed with the old weights
+    sleep() / wake_up(tag)   POST /sleep?level=1, /wake_up?tags=T (vllm_sleep_mode): the engine pauses; with
+                             --enable-sleep-mode (CUDA) the weights go to host memory and the KV cache is
+                             freed, and come back tag by tag ("weights", then "kv_cache")
+    is_sleeping()            GET /is_sleeping
 """
 
 from __future__ import annotations
@@ -44,6 +48,15 @@ class VllmAdmin:
                 return True
             time.sleep(0.2 * (attempt + 1))
         return False
+
+    def sleep(self, level: int = 1) -> None:
+        self._json.command("POST", "/sleep", params={"level": str(level)})
+
+    def wake_up(self, tag: str | None = None) -> None:
+        self._json.command("POST", "/wake_up", params={"tags": tag} if tag else None)
+
+    def is_sleeping(self) -> bool:
+        return bool(self._json.call("GET", "/is_sleeping")["is_sleeping"])
 
     def close(self) -> None:
         self._json.close()

@@ -14,12 +14,19 @@ any session opens. So every span of step k is sampled by the weights of step k.
                 that has not loaded them within `timeout_s` fails the step (`WeightSyncError`),
                 naming the server, instead of hanging the job.
 Either way the seconds each sync took go into the step's metrics (`weight_sync`).
+
+Sleep mode (`vllm_sleep_mode`, filesystem only: 1 GPU shared, or CPU): once a step's rollouts are in,
+`FilesystemSync.sleep` puts every server to sleep (level 1), so the trainer's forward, backward and
+optimizer step get the GPU memory; the next sync wakes the weights, loads the new ones into them, wakes
+the KV cache and checks the server is awake before any rollout opens (the seconds: `policy_sleep`, and
+inside `weight_sync`). A server left asleep by a crashed job is woken by the next job's first sync.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -68,28 +75,66 @@ class FilesystemSync:
         *,
         report: Callable[[str], None],
         timing: Callable[[str, float], None],
+        sleep_mode: bool = False,
     ) -> None:
         self.trainer = trainer
         self.servers = servers
         self.folder = folder
         self.report = report  # one line to the job log
         self.timing = timing  # (name, seconds) into the step's metrics
+        self.sleep_mode = sleep_mode
 
     def sync_weights(self) -> None:
         step = self.trainer.state.global_step
         started = time.monotonic()
         path = write_step_weights(self.folder, step, self.trainer.model)
         for server in self.servers:
-            self._load(server, path, step)
+            if self.sleep_mode:
+                self._call(server, step, "wake its weights", partial(server.wake_up, "weights"))
+            # sleep mode: the KV cache wakes after the load, so the loading never holds both
+            self._load(server, path, step, before_reset=partial(self._wake_fully, server, step)
+                       if self.sleep_mode else None)
         drop_other_steps(self.folder, path)  # every server has the new weights in memory
         seconds = time.monotonic() - started
         self.timing("weight_sync", seconds)
         self.report(f"step {step}: weights loaded by {len(self.servers)} policy server(s) in {seconds:.2f} s"
                     f" ({path})")
 
-    def _load(self, server: VllmAdmin, path: Path, step: int) -> None:
+    def sleep(self, step: int) -> None:
+        """Every server to sleep until the next sync (its rollouts are all in: nothing is waiting on it)."""
+        if not self.sleep_mode:
+            return
+        started = time.monotonic()
+        for server in self.servers:
+            self._call(server, step, "go to sleep", partial(server.sleep, level=1))
+        self.timing("policy_sleep", time.monotonic() - started)
+
+    def wake(self) -> None:
+        """The job ends: leave the servers serving (a stack kept up answers again)."""
+        for server in self.servers if self.sleep_mode else []:
+            server.wake_up()
+
+    def _wake_fully(self, server: VllmAdmin, step: int) -> None:
+        self._call(server, step, "wake its KV cache", partial(server.wake_up, "kv_cache"))
+        if self._call(server, step, "say whether it is awake", server.is_sleeping):
+            raise WeightSyncError(f"the vLLM policy server at {server.base_url} still sleeps after waking its weights"
+                                  f" and KV cache for step {step}: its log (`make logs`) says why")
+
+    def _call(self, server: VllmAdmin, step: int, what: str, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except HttpCallError as error:
+            raise WeightSyncError(
+                f"the vLLM policy server at {server.base_url} did not {what} for step {step} ({error.outcome}:"
+                f" {error.detail[:300]}): it runs with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 when"
+                " vllm_sleep_mode is set; its log (`make logs`) says why"
+            ) from error
+
+    def _load(self, server: VllmAdmin, path: Path, step: int, before_reset: Callable[[], None] | None = None) -> None:
         try:
             answers = server.reload_weights(path)
+            if before_reset is not None:
+                before_reset()
             reset = server.reset_prefix_cache()
         except HttpCallError as error:
             raise WeightSyncError(
