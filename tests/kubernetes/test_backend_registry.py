@@ -13,12 +13,16 @@ import subprocess
 import tarfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from veri.core.egress import LABEL_EGRESS
 from veri.core.registry import RegistryError, check_registry, registry_image
+from veri.launcher.errors import ImageProblem
+from veri.launcher.kubernetes.image_egress import ImageEgress
 
 REPO = Path(__file__).resolve().parents[2]
 VERI = str(REPO / ".venv" / "bin" / "veri")
@@ -64,31 +68,44 @@ def registry(tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
-def tiny_image() -> Iterator[str]:
+def docker_client() -> Iterator[Any]:
     docker = pytest.importorskip("docker")
     try:
         client = docker.from_env(timeout=60)
         client.ping()
     except docker.errors.DockerException as exc:
         pytest.skip(f"no Docker daemon ({exc}): make docker")
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        data = b"veri push test\n"
-        info = tarfile.TarInfo("hello.txt")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    tag = secrets.token_hex(4)
-    image = f"veri-test/harness-push:{tag}"
-    client.api.import_image_from_data(buffer.getvalue(), repository="veri-test/harness-push", tag=tag)
-    try:
-        yield image
-    finally:
-        for name in [image, *(t for t in client.images.get(image).tags if t != image)]:
-            client.images.remove(name, force=True)
-        client.close()
+    yield client
+    client.close()
 
 
-def test_push_to_a_real_registry(registry: str, tiny_image: str) -> None:
+@pytest.fixture
+def make_image(docker_client: Any) -> Iterator[Callable[..., str]]:
+    """A one-file image `veri-test/harness-push:<random>` with the given labels; removed after."""
+    made: list[str] = []
+
+    def make(**labels: str) -> str:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            data = b"veri push test\n"
+            info = tarfile.TarInfo("hello.txt")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        tag = secrets.token_hex(4)
+        changes = [f"LABEL {key}={json.dumps(value)}" for key, value in labels.items()]
+        docker_client.api.import_image_from_data(buffer.getvalue(), repository="veri-test/harness-push", tag=tag,
+                                                 changes=changes)
+        made.append(f"veri-test/harness-push:{tag}")
+        return made[-1]
+
+    yield make
+    for image in made:
+        for name in docker_client.images.get(image).tags:
+            docker_client.images.remove(name, force=True)
+
+
+def test_push_to_a_real_registry(registry: str, make_image: Callable[..., str]) -> None:
+    tiny_image = make_image()
     done = subprocess.run([VERI, "harness", "push", "--registry", registry, tiny_image],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -105,3 +122,23 @@ def test_push_refusals_name_the_fix() -> None:
     done = subprocess.run([VERI, "harness", "push", "--registry", "127.0.0.1:1", "veri-test/no-such:image"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "veri harness build BUNDLE" in done.stderr, done.stderr
+
+
+def test_launcher_reads_each_images_egress_from_the_registry(registry: str, make_image: Callable[..., str]) -> None:
+    """The kubernetes backend's egress per rollout: the bundle image's label, read where the nodes pull."""
+    images = {
+        "none": make_image(**{LABEL_EGRESS: json.dumps("none")}),
+        "open": make_image(**{LABEL_EGRESS: json.dumps("open")}),
+        "allowlist": make_image(**{LABEL_EGRESS: json.dumps(["pypi.org"])}),
+        "unlabelled": make_image(),  # built before egress existed: open
+    }
+    for image in images.values():
+        done = subprocess.run([VERI, "harness", "push", "--registry", registry, image],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    reader = ImageEgress(registry, fallback="none", insecure=True)
+    assert {kind: reader.of(image) for kind, image in images.items()} == {
+        "none": "none", "open": "web", "allowlist": "none", "unlabelled": "web"}
+    with pytest.raises(ImageProblem, match="veri harness push --registry"):
+        reader.of("veri-test/never-pushed:abc")
+    assert ImageEgress(None, fallback="none").of(images["open"]) == "none"  # no registry: the launcher's setting

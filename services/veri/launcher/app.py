@@ -39,7 +39,8 @@ def make_backend(settings: LauncherSettings) -> SandboxBackend:
             output_claim=settings.output_claim, runtime_class=settings.runtime_class, registry=settings.registry,
             proxy_port=settings.proxy_port, max_sandboxes=settings.max_parallel_rollouts,
             create_per_second=settings.create_per_second, create_burst=settings.create_burst,
-            egress=settings.sandbox_egress, kubeconfig=settings.kubeconfig)
+            egress=settings.sandbox_egress, registry_insecure=settings.registry_insecure,
+            kubeconfig=settings.kubeconfig)
     from veri.launcher.docker_backend import DockerBackend
 
     return DockerBackend(network=settings.network, unsafe_runc=settings.unsafe_runc,

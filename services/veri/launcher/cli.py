@@ -41,8 +41,10 @@ def register_serve(services: argparse._SubParsersAction) -> None:
     k8s.add_argument("--proxy-port", type=int, default=8000, help="the proxy's rollout port (NetworkPolicy)")
     k8s.add_argument("--create-per-second", type=float, default=20.0, help="rollouts created per second")
     k8s.add_argument("--create-burst", type=int, default=20, help="rollouts created at once before the rate")
+    k8s.add_argument("--registry-insecure", action="store_true", help="the registry speaks http (its labels are read)")
     k8s.add_argument("--sandbox-egress", choices=("web", "none"), default="web",
-                     help="rollout pods reach the proxy and the public web (web), or only the proxy (none)")
+                     help="without --registry (no image labels to read): every rollout pod reaches the proxy and "
+                          "the public web (web), or only the proxy (none)")
     launcher.add_argument("--host", default="127.0.0.1")
     launcher.add_argument("--port", type=int, default=8002)
     launcher.set_defaults(func=_serve)
@@ -70,7 +72,7 @@ def _serve(args: argparse.Namespace) -> int:
         namespace=args.namespace, runtime_class=args.runtime_class, registry=args.registry,
         output_claim=args.output_claim, kubeconfig=args.kubeconfig, proxy_port=args.proxy_port,
         create_per_second=args.create_per_second, create_burst=args.create_burst,
-        sandbox_egress=args.sandbox_egress,
+        sandbox_egress=args.sandbox_egress, registry_insecure=args.registry_insecure,
     )
     try:
         serve(settings, args.host, args.port)

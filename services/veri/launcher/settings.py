@@ -41,5 +41,7 @@ class LauncherSettings(BaseSettings):
     create_per_second: float = Field(default=20.0, gt=0, description="rollouts created per second (token bucket)")
     create_burst: int = Field(default=20, ge=1, description="rollouts created at once before the rate applies")
     sandbox_egress: Literal["web", "none"] = Field(
-        default="web", description="NetworkPolicy of rollout pods: web = proxy + public web; none = proxy only"
+        default="web", description="without a registry to read each image's egress label: web (proxy + public "
+                                   "web) or none (proxy only) for every rollout pod"
     )
+    registry_insecure: bool = Field(default=False, description="the registry speaks http, not https")

@@ -42,8 +42,9 @@ from urllib3.exceptions import HTTPError
 from veri.core.episodes import RolloutStatus
 from veri.core.launch import LaunchResult, RolloutLaunch
 from veri.core.registry import RegistryError, check_registry
-from veri.launcher.errors import SandboxUnavailable
+from veri.launcher.errors import ImageProblem, SandboxUnavailable
 from veri.launcher.kubernetes import objects
+from veri.launcher.kubernetes.image_egress import ImageEgress
 from veri.launcher.kubernetes.objects import Egress, OutputVolume, PodSettings
 from veri.launcher.kubernetes.pacing import CreationPacer
 from veri.launcher.kubernetes.watch import FATAL_WAITING, ClusterWatch, RolloutState
@@ -78,6 +79,7 @@ class KubernetesBackend:
         create_per_second: float = 20.0,
         create_burst: int = 20,
         egress: Egress = "web",
+        registry_insecure: bool = False,
         kubeconfig: Path | None = None,
         api_client: client.ApiClient | None = None,
     ) -> None:
@@ -93,7 +95,7 @@ class KubernetesBackend:
         self.output_root = Path(output_root).absolute()
         self.output = OutputVolume(claim=output_claim, host_path=None if output_claim else str(self.output_root))
         self.max_sandboxes = max_sandboxes
-        self.egress = egress
+        self.image_egress = ImageEgress(registry, fallback=egress, insecure=registry_insecure)
         self.create_per_second, self.create_burst = create_per_second, create_burst
         self.api = api_client or _api_client(kubeconfig, pool_size=2 * max_sandboxes + 8)
         self.core = client.CoreV1Api(self.api)
@@ -104,7 +106,9 @@ class KubernetesBackend:
                                                                                     CreationPacer]] = (
             weakref.WeakKeyDictionary())
         self.watch = ClusterWatch(self.api, namespace, self.selector)
-        # launch -> pod Running, seconds, of the last rollouts (bench/k8s_launch.py reads it)
+        # Of the last rollouts (bench/k8s_launch.py reads them): when each one's objects were created
+        # (time.time()), and launch -> pod Running in seconds.
+        self.created_at: collections.deque[float] = collections.deque(maxlen=4096)
         self.launch_to_running: collections.deque[float] = collections.deque(maxlen=4096)
         self._check_cluster()
         for policy in objects.network_policies(
@@ -121,6 +125,8 @@ class KubernetesBackend:
             await pacer.wait()
             try:
                 return await self._run(launch, Path(output_dir).absolute(), started)
+            except ImageProblem as exc:
+                error = str(exc)
             except ApiException as exc:
                 error = f"kubernetes API: {exc.status} {exc.reason}: {_api_message(exc)}"
             except (HTTPError, OSError) as exc:
@@ -153,7 +159,7 @@ class KubernetesBackend:
 
     async def _run(self, launch: RolloutLaunch, output_dir: Path, started: float) -> LaunchResult:
         name = objects.object_name(launch.rollout_id)
-        egress = self.egress
+        egress = await self._call(self.image_egress.of, launch.image)
         subpath = self._output_subpath(output_dir)
         await self._call(_prepare_output, output_dir)
         state = self.watch.track(name)
@@ -161,6 +167,7 @@ class KubernetesBackend:
         try:
             creating = asyncio.ensure_future(self._call(self._create, launch, name, subpath, egress))
             await asyncio.shield(creating)
+            self.created_at.append(time.time())
             status, exit_code, notes = await self._verdict(state, launch)
             if state.running_at is not None:
                 self.launch_to_running.append(state.running_at - started)
