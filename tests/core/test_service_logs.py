@@ -65,7 +65,7 @@ def test_console_format_is_for_a_person(tmp_path):
 
 def test_an_unknown_format_names_the_choices(monkeypatch):
     monkeypatch.setenv(envs.VERI_LOG_FORMAT, "xml")
-    with pytest.raises(ValueError, match="VERI_LOG_FORMAT='xml': set it to json .* or console"):
+    with pytest.raises(SystemExit, match="VERI_LOG_FORMAT='xml': set it to json .* or console"):
         log_format()
 
 

@@ -38,10 +38,10 @@ FIRST_KEYS = ("timestamp", "level", "service", "event")  # where a reader's eye 
 
 
 def log_format() -> str:
-    """`json` unless VERI_LOG_FORMAT says `console`; anything else is refused with the choices."""
+    """`json` unless VERI_LOG_FORMAT says `console`; anything else stops the process, naming the choices."""
     value = (os.environ.get(envs.VERI_LOG_FORMAT) or "json").strip().lower()
     if value not in FORMATS:
-        raise ValueError(f"{envs.VERI_LOG_FORMAT}={value!r}: set it to json (the default) or console")
+        raise SystemExit(f"{envs.VERI_LOG_FORMAT}={value!r}: set it to json (the default) or console")
     return value
 
 
