@@ -1,7 +1,9 @@
 # The compose stack (compose.yaml): make up / make down / make logs.
 VERI_STATE_DIR ?= build/state
 VERI_MODEL ?= tiny
-export VERI_STATE_DIR VERI_MODEL
+# The services' image follows IMAGE_PREFIX (mk/docker.mk), as the harness images make train builds do.
+VERI_RUNTIME_IMAGE ?= $(IMAGE_PREFIX)/runtime
+export VERI_STATE_DIR VERI_MODEL VERI_RUNTIME_IMAGE IMAGE_PREFIX
 
 .PHONY: up down logs
 

