@@ -107,9 +107,10 @@ class KubernetesBackend:
             weakref.WeakKeyDictionary())
         self.watch = ClusterWatch(self.api, namespace, self.selector)
         # Of the last rollouts (bench/k8s_launch.py reads them): when each one's objects were created
-        # (time.time()), and launch -> pod Running in seconds.
+        # (time.time()); launch -> pod Running and objects created -> pod Running, in seconds.
         self.created_at: collections.deque[float] = collections.deque(maxlen=4096)
         self.launch_to_running: collections.deque[float] = collections.deque(maxlen=4096)
+        self.created_to_running: collections.deque[float] = collections.deque(maxlen=4096)
         self._check_cluster()
         for policy in objects.network_policies(
                 namespace, launcher_id, proxy_selector or {"app.kubernetes.io/name": "veri-proxy"},
@@ -167,10 +168,12 @@ class KubernetesBackend:
         try:
             creating = asyncio.ensure_future(self._call(self._create, launch, name, subpath, egress))
             await asyncio.shield(creating)
-            self.created_at.append(time.time())
+            created = time.time()
+            self.created_at.append(created)
             status, exit_code, notes = await self._verdict(state, launch)
             if state.running_at is not None:
                 self.launch_to_running.append(state.running_at - started)
+                self.created_to_running.append(state.running_at - created)
             logs = await self._call(self._log_tail, state, launch.limits.log_tail_bytes)
         finally:  # every way out, cancellation included: the rollout's objects must not outlive it
             self.watch.untrack(name)
