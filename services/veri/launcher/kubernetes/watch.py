@@ -93,7 +93,7 @@ class ClusterWatch:
         self.namespace = namespace
         self.selector = selector
         self._tracked: dict[str, RolloutState] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the current threads feed
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -110,13 +110,17 @@ class ClusterWatch:
         self._stop.set()
 
     def _ensure_started(self) -> None:
+        """Watch threads for the running loop; a new loop (tests, several asyncio.run) gets new ones and
+        the old ones end at their next event or watch timeout."""
         loop = asyncio.get_running_loop()
         if self._loop is loop and all(t.is_alive() for t in self._threads):
             return
+        self._stop.set()
+        self._stop = stop = threading.Event()
         self._loop = loop
         self._threads = [
             threading.Thread(target=self._follow, name=f"veri-k8s-watch-{what}", daemon=True,
-                             args=(lister, self._on_event(what)))
+                             args=(lister, self._on_event(what), stop, loop))
             for what, lister in (("pods", self.core.list_namespaced_pod), ("jobs", self.batch.list_namespaced_job))
         ]
         for thread in self._threads:
@@ -135,22 +139,23 @@ class ClusterWatch:
                 state.update_job(kind, obj)
         return handle
 
-    def _follow(self, lister: Any, handle: Callable[[str, dict[str, Any]], None]) -> None:
-        """List, then watch from that version, until closed; every object goes to `handle`."""
+    def _follow(self, lister: Any, handle: Callable[[str, dict[str, Any]], None], stop: threading.Event,
+                loop: asyncio.AbstractEventLoop) -> None:
+        """List, then watch from that version, until `stop`; every object goes to `handle` on `loop`."""
         version: str | None = None
-        while not self._stop.is_set():
+        while not stop.is_set():
             try:
                 if version is None:
                     response = lister(self.namespace, label_selector=self.selector, _preload_content=False)
                     listed = json.loads(response.data)
                     version = listed["metadata"]["resourceVersion"]
                     for item in listed.get("items") or []:
-                        self._hand_over(handle, "ADDED", item)
+                        _hand_over(loop, handle, "ADDED", item)
                 stream = watch.Watch().stream(lister, self.namespace, label_selector=self.selector,
                                               resource_version=version, timeout_seconds=WATCH_SECONDS,
                                               allow_watch_bookmarks=True)
                 for event in stream:
-                    if self._stop.is_set():
+                    if stop.is_set():
                         return
                     raw = event.get("raw_object") or {}
                     if event.get("type") == "ERROR":
@@ -158,7 +163,7 @@ class ClusterWatch:
                         break
                     version = (raw.get("metadata") or {}).get("resourceVersion") or version
                     if event.get("type") != "BOOKMARK":
-                        self._hand_over(handle, event["type"], raw)
+                        _hand_over(loop, handle, event["type"], raw)
             except ApiException as exc:
                 if exc.status == 410:
                     version = None
@@ -167,14 +172,16 @@ class ClusterWatch:
                 version = None
                 time.sleep(RETRY_SECONDS)
             except Exception as exc:  # noqa: BLE001 - a broken connection: relist and go on while open
-                if self._stop.is_set():
+                if stop.is_set():
                     return
                 log.warning("kubernetes watch broke, retrying", error=f"{type(exc).__name__}: {exc}")
                 version = None
                 time.sleep(RETRY_SECONDS)
 
-    def _hand_over(self, handle: Callable[[str, dict[str, Any]], None], kind: str, obj: dict[str, Any]) -> None:
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):  # the loop closed in the meantime
-                loop.call_soon_threadsafe(handle, kind, obj)
+
+
+def _hand_over(loop: asyncio.AbstractEventLoop, handle: Callable[[str, dict[str, Any]], None], kind: str,
+               obj: dict[str, Any]) -> None:
+    if not loop.is_closed():
+        with contextlib.suppress(RuntimeError):  # the loop closed in the meantime
+            loop.call_soon_threadsafe(handle, kind, obj)
