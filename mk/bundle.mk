@@ -1,0 +1,17 @@
+# Air-gapped install (scripts/docker/bundle.sh, load.sh):
+#   make bundle [MODELS=1] [GPU=1] [BUNDLE_OUT=build/veri-bundle.tar]   online side, after make vendor
+#   make load BUNDLE=file [DEST=dir]                                     the box with no network
+# The bundle holds every $(IMAGE_PREFIX)/* image here (docker save), vendor/ (GPU wheels with GPU=1),
+# the repo at HEAD and, with MODELS=1, build/models; a manifest with sizes and sha256s. On a box
+# with no checkout yet: tar -xOf veri-bundle.tar veri-bundle/load.sh | bash -s -- veri-bundle.tar DIR
+BUNDLE_OUT ?= build/veri-bundle.tar
+
+.PHONY: bundle load
+
+bundle: images
+	@IMAGE_PREFIX=$(IMAGE_PREFIX) VENDOR=$(VENDOR) MODELS=$(MODELS) GPU=$(GPU) BUNDLE_IMAGES="$(BUNDLE_IMAGES)" \
+		scripts/docker/bundle.sh $(BUNDLE_OUT)
+
+load:
+	@test -n "$(BUNDLE)" || { echo "usage: make load BUNDLE=build/veri-bundle.tar [DEST=dir]"; exit 2; }
+	@scripts/docker/load.sh $(BUNDLE) $(or $(DEST),.)
