@@ -28,13 +28,15 @@ def _span(index: int, version: int = 0, source: PromptSource = PromptSource.BRID
                 token_fidelity=TokenFidelity.CAPTURED, sampling={}, started_at=0.0, duration_s=0.0)
 
 
-def test_the_span_count_catches_lost_duplicated_unbridged_and_misversioned_spans() -> None:
+def test_the_span_count_catches_lost_duplicated_and_misversioned_spans_and_unbridged_calls() -> None:
     good = [_span(i) for i in range(3)]
     assert load.span_problems(good, 3, {0}) == []
     assert "missing [2]" in load.span_problems(good[:2], 3, {0})[0]
     assert "1 duplicated" in load.span_problems([*good, _span(2)], 3, {0})[0]
-    assert "not bridged" in load.span_problems([good[0], _span(1, source=PromptSource.FULL_RENDER), good[2]], 3,
-                                               {0})[0]
+    rendered = [good[0], _span(1, source=PromptSource.FULL_RENDER), good[2]]
+    assert load.unbridged(rendered) == ["x"] and load.unbridged(good) == []
+    result = load.LoadResult(sessions=[None] * 2, full_renders=["x"])  # type: ignore[list-item]
+    assert "1 of 4 later calls not bridged" in str(load.bridging_problem(result, 3))
     assert "carry no version" in load.span_problems([*good[:2], _span(2, version=1)], 3, {0})[0]
     assert load.span_problems([], 3, {0}) == ["no spans (expected 3)"]
 
