@@ -199,6 +199,8 @@ class KubernetesBackend:
         while True:
             condition = state.job_condition
             if condition and condition[0] == "Failed" and condition[1] == "DeadlineExceeded":
+                if state.running_at is None:  # the harness never ran: not its timeout
+                    return RolloutStatus.FAILED, None, [_never_started(state, launch)]
                 return RolloutStatus.TRUNCATED, None, [
                     f"[veri] still running after timeout_s={launch.timeout_s:g}: the Job's deadline killed it"]
             if state.exit_code is not None and state.phase in ("Succeeded", "Failed") and not state.pod_deleting:
@@ -222,10 +224,7 @@ class KubernetesBackend:
                 return RolloutStatus.FAILED, None, ["[veri] the rollout's pod was deleted by someone else"]
             if now > deadline:
                 if state.running_at is None:
-                    why = state.unschedulable or state.waiting_reason or f"phase {state.phase or 'none'}"
-                    return RolloutStatus.FAILED, None, [
-                        f"[veri] the pod never started within timeout_s={launch.timeout_s:g} ({why}): "
-                        "check the cluster's capacity and `kubectl describe job` in the namespace"]
+                    return RolloutStatus.FAILED, None, [_never_started(state, launch)]
                 return RolloutStatus.TRUNCATED, None, [
                     f"[veri] still running after timeout_s={launch.timeout_s:g}: the launcher deleted it"]
             state.changed.clear()
@@ -378,6 +377,13 @@ def _exit_verdict(state: RolloutState, launch: RolloutLaunch) -> tuple[RolloutSt
         notes.append(f"[veri] exit {code}: killed - most likely the memory limit ({launch.limits.memory_mb} MB, "
                      "SandboxLimits.memory_mb)")
     return RolloutStatus.FAILED, code, notes
+
+
+def _never_started(state: RolloutState, launch: RolloutLaunch) -> str:
+    why = state.unschedulable or " ".join(filter(None, (state.waiting_reason, state.waiting_message))) \
+        or f"phase {state.phase or 'none'}"
+    return (f"[veri] the pod never started within timeout_s={launch.timeout_s:g} ({why}): check the cluster's "
+            "capacity and `kubectl describe job` in the namespace")
 
 
 def _waiting_note(state: RolloutState, registry: str | None) -> str:
