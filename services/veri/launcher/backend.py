@@ -1,5 +1,6 @@
-"""What every sandbox backend provides. Backends: `docker` (gVisor/runsc, the product) and `local`
-(a plain subprocess, for development on machines without docker — never isolation).
+"""What every sandbox backend provides. Backends: `docker` (gVisor/runsc, the product), `kubernetes` (one
+Job per rollout under a gVisor RuntimeClass, launcher/kubernetes/) and `local` (a plain subprocess, for
+development on machines without docker — never isolation).
 
 `GatedBackend` puts one backend behind the launcher's cap on sandboxes alive at once."""
 
@@ -13,8 +14,9 @@ from veri.core.launch import LaunchResult, RolloutLaunch
 
 
 class SandboxBackend(Protocol):
-    name: str  # docker | local
-    runtime: str | None  # docker: runsc (gVisor) or runc (--unsafe-runc); local: None (no container)
+    name: str  # docker | kubernetes | local
+    # docker: runsc (gVisor) or runc (--unsafe-runc); kubernetes: the RuntimeClass; local: None (no container)
+    runtime: str | None
 
     async def run(self, launch: RolloutLaunch, output_dir: Path) -> LaunchResult:
         """Run one rollout to its end (completed / failed / truncated) and collect its output
