@@ -1,0 +1,506 @@
+"""Service faults: kill -9 each of veri's services in the middle of a `veri train` step, then fill the
+state volume, and check that the job survives what it can and stops cleanly where it cannot.
+
+One job, one fault per step (the services as in the compose stack, restarted as its `restart:` policy
+does; see `service_stack`):
+  step 0  the proxy's process is killed while its harnesses call; docker's restart policy brings the
+          container back (its span store is a host folder). Each harness retries like an SDK: every
+          rollout completes, and every call a harness got an answer for has its span (spans_lost).
+  step 1  the launcher is killed while its sandboxes run, and started again (it removes the sandboxes
+          its dead self left). The group's rollouts end `failed` with an `infrastructure_error`,
+          masked (never scored as a wrong answer); the job goes on.
+  step 2  the policy server is killed mid-call and started again (version 0: the model folder). The
+          proxy answers the call in flight with a 5xx the harness retries; the trainer pushes its
+          weights to the restarted server at the step's end and goes on.
+  step 3  the trainer is killed mid-step (its whole process group, as its container would die), then
+          run again with --resume (`make train RESUME=1`): it resumes from checkpoint 3, and the
+          archive holds each (step, task, rollout) once, every record whole JSON.
+Then `disk_full_job`: a job whose archive is on a tmpfs of a few MB that a filler fills mid-run: the
+trainer stops with a message naming the folder and the fix, job.json says failed with it, and no
+archived file is half-written.
+
+Full: 4 rollouts per step (2 tasks x 2), 3 calls each. Quick (tests/sandbox/test_service_faults.py):
+2 rollouts per step (1 task x 2), 2 calls each. Needs docker with runsc, veri/runtime and veri/base (`make docker
+images`), root for the tmpfs mount.
+
+Not here: stopping dockerd (every container on a shared daemon would die with it; see the README).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+NAME = "service_faults"
+BUNDLE = ROOT / "tests" / "sandbox" / "bundles" / "service_faults"
+NETWORK = "veri-test-rollouts"  # shared with harness_faults, kept between runs
+CONTROL_NETWORK = "veri-test-reliability-control"
+RUNTIME_IMAGE = "veri/runtime"
+# Not tests/sandbox's org.veri.test: a test session that ends sweeps those away, mid-run on a shared box.
+TEST_LABEL = "org.veri.test.service-faults"
+FAULTS = ["proxy", "launcher", "policy", "trainer"]  # step k: FAULTS[k]; one clean step after them
+REWARD = '''
+def reward(outputs, **kwargs):
+    answer = (outputs[0] / "answer.txt").read_text()
+    return [min(len(answer), 40) / 40]
+'''
+
+
+@dataclass
+class FaultReport:
+    rollouts: int = 0
+    spans_lost: int = 0
+    server_errors: int = 0
+    escapes: int = 0
+    masked_infra: int = 0
+    late_spans: int = 0  # of masked rollouts: answered after the trainer read them (in the store, not the record)
+    restarts: dict[str, float] = field(default_factory=dict)  # service -> seconds until healthy again
+    seconds: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+
+# --- the services -------------------------------------------------------------------------------------
+
+class HostService:
+    """`veri serve ...` on this host at a fixed address, so it can be killed and started again there."""
+
+    def __init__(self, name: str, args: list[str], host: str, port: int, logs: Path,
+                 env: dict[str, str] | None = None) -> None:
+        self.name, self.args, self.host, self.port = name, args, host, port
+        self.url = f"http://{host}:{port}"
+        self.log_path = logs / f"{name}.log"
+        self.env = {**os.environ, **(env or {})}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> float:
+        started = time.monotonic()
+        with open(self.log_path, "a") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "veri.cli", "serve", *self.args, "--host", self.host, "--port", str(self.port)],
+                stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited {self.process.returncode}: {self.log_path.read_text()[-2000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return time.monotonic() - started
+            time.sleep(0.3)
+        raise RuntimeError(f"{self.name} did not start: {self.log_path.read_text()[-2000:]}")
+
+    def kill9(self) -> None:
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+
+
+@dataclass
+class ServiceStack:
+    policy: HostService
+    launcher: HostService
+    proxy: Any  # the container
+    proxy_url: str  # on the control network, as the trainer's container reaches `proxy:8000`
+    spans_dir: Path
+    output_root: Path
+    token: str
+    launcher_id: str
+
+    def kill_proxy(self) -> float:
+        """kill -9 the proxy's process (tini's child): the container exits 137 and its restart policy
+        starts it again. Seconds until it answers /health."""
+        self.proxy.reload()
+        tini = psutil.Process(self.proxy.attrs["State"]["Pid"])
+        [server] = [child for child in tini.children() if "veri" in " ".join(child.cmdline())]
+        started = time.monotonic()
+        server.kill()
+        server.wait(timeout=30)  # gone (else /health could still be its answer)
+        _wait_restarted(self.proxy, self.proxy_url)
+        return time.monotonic() - started
+
+
+@contextlib.contextmanager
+def service_stack(docker_client: Any, model: Path, workdir: Path) -> Iterator[ServiceStack]:
+    """policy and launcher on this host; the proxy in a veri/runtime container on the rollouts network
+    (as harness_faults: sandboxes reach only that network) with `restart: on-failure`, as compose.yaml."""
+    from bench.reliability.scenarios.harness_faults import _control_network
+    from tests.servers import free_port
+    from veri.launcher.docker_backend import ensure_rollouts_network
+
+    ensure_rollouts_network(docker_client, NETWORK)
+    control = _control_network(docker_client)
+    gateway = control.attrs["IPAM"]["Config"][0]["Gateway"]
+    token = secrets.token_hex(16)
+    logs = workdir / "logs"
+    spans = workdir / "spans"
+    for folder in (logs, spans, workdir / "outputs"):
+        folder.mkdir(parents=True, exist_ok=True)
+    spans.chmod(0o777)
+    launcher_id = f"faults-{uuid.uuid4().hex[:6]}"
+    policy = HostService("policy", ["policy", "--model", str(model), "--threads", "1"], gateway, free_port(), logs)
+    launcher = HostService("launcher", ["launcher", "--network", NETWORK, "--launcher-id", launcher_id,
+                                        "--output-root", str(workdir / "outputs")],
+                           "127.0.0.1", free_port(), logs, env={"VERI_CONTROL_TOKEN": token})
+    proxy = None
+    try:
+        policy.start()
+        launcher.start()
+        name = f"veri-rel-faults-proxy-{uuid.uuid4().hex[:6]}"
+        proxy = docker_client.containers.run(
+            RUNTIME_IMAGE, ["veri", "serve", "proxy", "--policy-url", policy.url, "--model", "/models/policy",
+                            "--host", "0.0.0.0", "--port", "8000", "--store", "/state/spans",
+                            "--public-url", f"http://{name}:8000", "--max-tokens", "16"],
+            name=name, detach=True, network=control.name, restart_policy={"Name": "on-failure"},
+            environment={"VERI_CONTROL_TOKEN": token}, labels={TEST_LABEL: "1"},
+            volumes={str(model.resolve()): {"bind": "/models/policy", "mode": "ro"},
+                     str(spans): {"bind": "/state/spans", "mode": "rw"}},
+        )
+        docker_client.networks.get(NETWORK).connect(proxy)
+        proxy.reload()
+        address = proxy.attrs["NetworkSettings"]["Networks"][control.name]["IPAddress"]
+        proxy_url = f"http://{address}:8000"
+        _wait_restarted(proxy, proxy_url)
+        yield ServiceStack(policy=policy, launcher=launcher, proxy=proxy, proxy_url=proxy_url, spans_dir=spans,
+                           output_root=workdir / "outputs", token=token, launcher_id=launcher_id)
+    finally:
+        if proxy is not None:
+            with contextlib.suppress(Exception):
+                (logs / "proxy.log").write_bytes(proxy.logs())
+            proxy.remove(force=True)
+        launcher.stop()
+        policy.stop()
+        for container in docker_client.containers.list(all=True, filters={"label": f"veri.launcher={launcher_id}"}):
+            container.remove(force=True)
+
+
+def _wait_restarted(container: Any, url: str) -> None:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        time.sleep(0.3)
+    container.reload()
+    raise RuntimeError(f"the proxy container is {container.status}, not healthy:"
+                       f" {container.logs().decode(errors='replace')[-2000:]}")
+
+
+# --- the job ------------------------------------------------------------------------------------------
+
+def write_job(folder: Path, model: Path, *, tasks: int, calls: int, max_steps: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"prompt": f"Say something about task {i}.", "calls": calls, "pause_s": 1.5} for i in range(tasks)]
+    (folder / "tasks.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (folder / "reward.py").write_text(REWARD)
+    config = {
+        "model": str(model), "backend": "hf", "dataset": {"path": "tasks.jsonl"}, "harness_bundle": str(BUNDLE),
+        "rewards": [{"file": "reward.py"}], "rollouts_per_prompt": 2, "max_response_length": 256,
+        "sampling": {"max_tokens": 16}, "learning_rate": 1e-4, "max_steps": max_steps,
+        "harness_timeout_s": 240, "max_parallel_rollouts": 2 * tasks,
+        "grpo": {"per_device_train_batch_size": 2 * tasks, "save_steps": 1, "logging_steps": 1, "seed": 0},
+    }
+    path = folder / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def build_image(docker_client: Any, vendor_root: Path) -> str:
+    from veri.harness.build import build_bundle_image
+
+    return build_bundle_image(BUNDLE, docker_client, vendor_root=vendor_root, download=False)
+
+
+class Trainer:
+    """`veri train` as a process group (what dies with its container), against the stack."""
+
+    def __init__(self, stack: ServiceStack, job: Path, image: str, jobs: Path, name: str, logs: Path) -> None:
+        self.command = [sys.executable, "-m", "veri.cli", "train", str(job), "--base-dir", str(job.parent),
+                        "--name", name, "--output", str(jobs), "--proxy-url", stack.proxy_url,
+                        "--policy-url", stack.policy.url, "--sandbox", "launcher",
+                        "--launcher-url", stack.launcher.url, "--image", image, "--control-token", stack.token]
+        self.log_path = logs / f"trainer-{name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, *, resume: bool = False) -> None:
+        with open(self.log_path, "a") as log:
+            self.process = subprocess.Popen([*self.command, *(["--resume"] if resume else [])], cwd=ROOT,
+                                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill9(self) -> None:
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def wait(self, timeout: float) -> int:
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+            return -9
+
+    def tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+
+def wait_mid_step(docker_client: Any, trainer: Trainer, job_name: str, outputs: Path, step: int,
+                  timeout: float = 600) -> None:
+    """Until a sandbox of `step` has had one call answered (the step is under way, its spans in flight)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not trainer.running():
+            raise RuntimeError(f"the trainer exited before step {step}: {trainer.tail()}")
+        containers = docker_client.containers.list(filters={"label": [f"veri.job={job_name}", f"veri.step={step}"]})
+        if any((outputs / job_name / c.labels["veri.rollout_id"] / "calls").is_file() for c in containers):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"step {step} never got under way: {trainer.tail()}")
+
+
+def run_faults(*, docker_client: Any, stack: ServiceStack, model: Path, image: str, workdir: Path,
+               quick: bool) -> FaultReport:
+    report = FaultReport()
+    tasks = 1 if quick else 2
+    job_name = f"service-faults-{uuid.uuid4().hex[:6]}"
+    job = write_job(workdir / "job", model, tasks=tasks, calls=2 if quick else 3, max_steps=len(FAULTS) + 1)
+    jobs = workdir / "jobs"
+    trainer = Trainer(stack, job, image, jobs, job_name, workdir / "logs")
+    started = time.monotonic()
+    trainer.start()
+    kills: dict[str, Callable[[], float]] = {
+        "proxy": stack.kill_proxy,
+        "launcher": lambda: _kill_and_start(stack.launcher, pause_s=2.0),
+        "policy": lambda: _kill_and_start(stack.policy, pause_s=1.0),
+    }
+    try:
+        for step, service in enumerate(FAULTS):
+            wait_mid_step(docker_client, trainer, job_name, stack.output_root, step)
+            if service == "trainer":
+                trainer.kill9()
+                time.sleep(2)
+                trainer.start(resume=True)
+            else:
+                report.restarts[service] = kills[service]()
+        status = trainer.wait(timeout=900)
+    except RuntimeError as error:
+        report.problems.append(str(error))
+        return report
+    finally:
+        if trainer.running():
+            trainer.kill9()
+    report.seconds = time.monotonic() - started
+    if status != 0:
+        report.problems.append(f"veri train exited {status}: {trainer.tail()}")
+        return report
+    from veri.proxy.control_client import ControlClient
+
+    control = ControlClient(stack.proxy_url, token=stack.token)
+    check_archive(report, jobs / job_name, stack.output_root / job_name, control, per_step=2 * tasks)
+    left = docker_client.containers.list(all=True, filters={"label": f"veri.job={job_name}"})
+    report.escapes = len(left)
+    report.server_errors = _proxy_5xx(stack.proxy_url, stack.token)
+    return report
+
+
+def _kill_and_start(service: HostService, *, pause_s: float) -> float:
+    service.kill9()
+    time.sleep(pause_s)  # compose restarts a dead container within a second or two
+    return service.start() + pause_s
+
+
+def check_archive(report: FaultReport, job_dir: Path, outputs: Path, control: Any, *, per_step: int) -> None:
+    from veri.trainer.archive import ArchiveIndex, read_metrics
+
+    torn = [path for path in job_dir.rglob("*.json") if not _whole_json(path)]
+    report.problems += [f"torn record: {path}" for path in torn]
+    metrics = read_metrics(job_dir / "metrics.jsonl")
+    steps = [line["step"] for line in metrics]
+    if steps != list(range(len(FAULTS) + 1)):
+        report.problems.append(f"metrics.jsonl steps {steps}, expected each of 0..{len(FAULTS)} once")
+    with ArchiveIndex(job_dir) as index:
+        rows = index.rollouts(limit=100_000)
+        records = [index.read_rollout(index.layout.inside(row["path"])) for row in rows]
+    on_disk = sorted(p.relative_to(job_dir).as_posix() for p in (job_dir / "trajectories").rglob("rollout-*.json"))
+    keys = [(r.policy_step, r.task_index, r.rollout_index) for r in records]
+    if len(set(keys)) != len(keys) or len(on_disk) != len(keys):
+        report.problems.append(f"duplicated rollouts: {len(keys)} indexed, {len(set(keys))} distinct,"
+                               f" {len(on_disk)} files")
+    per = {step: [r for r in records if r.policy_step == step] for step in steps}
+    for step, found in per.items():
+        if len(found) != per_step:
+            report.problems.append(f"step {step}: {len(found)} rollouts archived, expected {per_step}")
+    for record in records:
+        report.rollouts += 1
+        where = f"step {record.policy_step} task {record.task_index} rollout {record.rollout_index}"
+        infra = any(v.details.get("infrastructure_error") for v in record.verdicts)
+        if record.status != "completed":
+            if record.trainable or record.reward is not None:
+                report.problems.append(f"{where}: {record.status} but scored ({record.reward})")
+            if not infra:
+                stderr = next((v.details["stderr_tail"] for v in record.verdicts if "stderr_tail" in v.details), "")
+                report.problems.append(f"{where}: {record.status} without an infrastructure_error:"
+                                       f" {[v.message for v in record.verdicts]}; stderr {stderr[-600:]!r}")
+            report.masked_infra += infra
+        elif record.reward is None or not record.trainable:
+            report.problems.append(f"{where}: completed but not trained: {[v.rule.value for v in record.verdicts]}")
+        calls = outputs / record.rollout_id / "calls"
+        answered = int(calls.read_text()) if calls.is_file() else 0
+        spans = len(record.spans)
+        if infra and answered > spans:
+            # a sandbox its dead launcher left ran on until the new one removed it: a call in flight when
+            # the trainer closed the session is answered after the spans were read. The store has it.
+            spans = len(control.spans(record.rollout_id))
+            report.late_spans += spans - len(record.spans)
+        if answered > spans:
+            report.spans_lost += answered - spans
+            report.problems.append(f"{where}: {answered} calls answered, {spans} spans")
+    proxy_step = per.get(FAULTS.index("proxy"), [])
+    if any(r.status != "completed" for r in proxy_step):
+        report.problems.append(f"step {FAULTS.index('proxy')} (proxy killed): "
+                               f"{[r.status for r in proxy_step]}, expected every harness to retry and complete")
+    launcher_step = per.get(FAULTS.index("launcher"), [])
+    if not any(r.status != "completed" for r in launcher_step):
+        report.problems.append("the launcher's kill failed no rollout: was it killed mid-step?")
+
+
+def _whole_json(path: Path) -> bool:
+    try:
+        json.loads(path.read_bytes())
+    except ValueError:
+        return False
+    return True
+
+
+def _proxy_5xx(proxy_url: str, token: str) -> int:
+    """5xx answered since the proxy's last restart, other than the policy outage's 503s (the retryable
+    `PolicyUnavailable` the harness waits out while the policy server restarts)."""
+    reply = httpx.get(f"{proxy_url}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    reply.raise_for_status()
+    total = 0
+    for line in reply.text.splitlines():
+        if line.startswith("veri_proxy_requests_total{") and 'status="5' in line and 'status="503"' not in line:
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+# --- disk full ------------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def small_volume(size_mb: int) -> Iterator[Path]:
+    """A tmpfs of `size_mb` MB (needs root): the state volume of the disk-full run."""
+    folder = Path(tempfile.mkdtemp(prefix="veri-full-volume-"))
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(folder)], check=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+        folder.rmdir()
+
+
+def disk_full_job(*, stack: ServiceStack, model: Path, image: str, workdir: Path, volume: Path) -> list[str]:
+    """A job whose archive is on `volume`; once its first step is archived a filler takes every free
+    byte. The trainer must stop, naming the volume; nothing on it half-written. Returns problems."""
+    job_name = f"disk-full-{uuid.uuid4().hex[:6]}"
+    job = write_job(workdir / "full-job", model, tasks=1, calls=1, max_steps=4)
+    trainer = Trainer(stack, job, image, volume, job_name, workdir / "logs")
+    trainer.start()
+    metrics = volume / job_name / "metrics.jsonl"
+    deadline = time.monotonic() + 600
+    while not (metrics.is_file() and metrics.read_text().strip()) and time.monotonic() < deadline:
+        if not trainer.running():
+            return [f"the trainer exited before its first step: {trainer.tail()}"]
+        time.sleep(0.2)
+    with contextlib.suppress(OSError), open(volume / "filler", "wb", buffering=0) as filler:
+        while True:
+            filler.write(b"\0" * (1 << 20))
+    code = trainer.wait(timeout=600)
+    log = trainer.tail()
+    problems = []
+    if code == 0:
+        problems.append("the trainer finished on a full volume")
+    elif "no space left" not in log.lower() or str(volume) not in log:
+        problems.append(f"the trainer's last words do not name the full volume: {log[-1500:]}")
+    job_file = volume / job_name / "job.json"
+    info = json.loads(job_file.read_bytes()) if job_file.is_file() else {}
+    if info.get("status") != "failed" or "no space left" not in str(info.get("error")).lower():
+        problems.append(f"job.json: {info.get('status')!r}, error {info.get('error')!r}")
+    problems += [f"half-written: {path}" for path in (volume / job_name).rglob("*.json") if not _whole_json(path)]
+    from veri.trainer.archive import read_metrics
+
+    try:
+        read_metrics(metrics)
+    except ValueError as error:
+        problems.append(f"metrics.jsonl unreadable: {error}")
+    return problems
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def run(quick: bool) -> dict[str, Any]:
+    import docker
+
+    row: dict[str, Any] = {"scenario": NAME, "runs": 0, "outcome": "fail", "spans_lost": 0, "5xx": 0, "escapes": 0}
+    model = ROOT / "build" / "models" / "tiny"
+    if not (model / "config.json").is_file():
+        return {**row, "notes": "no tiny model: run `make tiny-model`"}
+    try:
+        client = docker.from_env(timeout=120)
+        if "runsc" not in client.info().get("Runtimes", {}):
+            return {**row, "notes": "dockerd has no runsc runtime: run `make docker`"}
+        client.images.get("veri/base")
+        client.images.get(RUNTIME_IMAGE)
+    except Exception as error:  # noqa: BLE001 - no daemon / no image: the row says what to run
+        return {**row, "notes": f"no sandbox ({type(error).__name__}: {error}): run `make docker images`"}
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="veri-service-faults-") as tmp:
+        folder = Path(tmp)
+        image = build_image(client, folder / "vendor")
+        with service_stack(client, model, folder) as stack:
+            report = run_faults(docker_client=client, stack=stack, model=model, image=image, workdir=folder,
+                                quick=quick)
+            if _is_root():
+                with small_volume(8) as volume:
+                    problems = disk_full_job(stack=stack, model=model, image=image, workdir=folder, volume=volume)
+            else:
+                problems = ["disk full not run: mounting a tmpfs needs root"]
+    client.close()
+    problems = report.problems + problems
+    row.update(runs=report.rollouts, spans_lost=report.spans_lost, escapes=report.escapes)
+    row["5xx"] = report.server_errors
+    if problems or report.spans_lost or report.escapes or report.server_errors:
+        return {**row, "notes": f"{len(problems)} problems, first: {(problems or ['-'])[0][:400]}"}
+    restarts = ", ".join(f"{name} back in {seconds:.1f} s" for name, seconds in report.restarts.items())
+    return {**row, "outcome": "pass",
+            "notes": f"{len(FAULTS) + 1} steps, kill -9 of {', '.join(FAULTS)} mid-step ({restarts}); "
+                     f"{report.masked_infra} rollouts masked as infrastructure_error ({report.late_spans} spans "
+                     f"answered after their session closed: in the store only), the rest trained; resumed "
+                     f"from checkpoint 3; disk full: stopped naming the volume, nothing torn; {report.seconds:.0f} s"}

@@ -1,0 +1,49 @@
+"""Issue 10's service faults, CI-sized: one `veri train` job of 5 steps (2 rollouts each) through the
+launcher service (docker backend, runsc) and a capture proxy container with a restart policy, where
+step 0 loses the proxy, step 1 the launcher, step 2 the policy server and step 3 the trainer itself,
+each to a kill -9 mid-step; then a job whose archive volume fills up. The checks and the full-size run
+are bench/reliability/scenarios/service_faults.py (`make reliability ONLY=service_faults`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from bench.reliability.scenarios.service_faults import (
+    FaultReport,
+    build_image,
+    disk_full_job,
+    run_faults,
+    service_stack,
+    small_volume,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # a 5-step job with 4 restarts, then a second job
+
+
+@pytest.fixture(scope="module")
+def faults_stack(docker_client, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
+    workdir = tmp_path_factory.mktemp("service-faults")
+    image = build_image(docker_client, workdir / "vendor")
+    with service_stack(docker_client, tiny_model, workdir) as stack:
+        yield stack, image, workdir
+
+
+def test_the_job_survives_kill_9_of_each_service_mid_step(docker_client, tiny_model: Path, faults_stack):
+    stack, image, workdir = faults_stack
+    report: FaultReport = run_faults(docker_client=docker_client, stack=stack, model=tiny_model, image=image,
+                                     workdir=workdir, quick=True)
+    assert not report.problems, "\n".join(report.problems)
+    assert report.rollouts == 10 and report.masked_infra >= 1
+    assert set(report.restarts) == {"proxy", "launcher", "policy"}
+    assert report.spans_lost == 0 and report.escapes == 0 and report.server_errors == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting the small tmpfs volume needs root")
+def test_a_full_state_volume_stops_the_job_naming_it(tiny_model: Path, faults_stack):
+    stack, image, workdir = faults_stack
+    with small_volume(8) as volume:
+        problems = disk_full_job(stack=stack, model=tiny_model, image=image, workdir=workdir, volume=volume)
+    assert not problems, "\n".join(problems)
