@@ -145,7 +145,9 @@ class AccessLog:
 
     def __init__(self, app: Any, logger_name: str = "veri.access") -> None:
         self.app = app
-        self.log = structlog.get_logger(logger_name)
+        # A standard-library logger: in a service its records join the JSON stream (their fields through
+        # ExtraAdder); in a process that set up no logging (a test, `veri replay run`) they go nowhere.
+        self.log = logging.getLogger(logger_name)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -177,4 +179,4 @@ class AccessLog:
         client = scope.get("client")
         if client:
             fields["client"] = client[0]
-        (self.log.warning if status >= 500 else self.log.info)("request", **fields)
+        self.log.log(logging.WARNING if status >= 500 else logging.INFO, "request", extra=fields)
