@@ -208,7 +208,7 @@ class ControlPlane:
                                              headers={"Authorization": f"Bearer {self.token}"})
             return urllib.request.urlopen(request, timeout=2, context=context).read() == b"ok"
 
-        _wait_until("kube-apiserver", ready, 90, proc, log)
+        _wait_until("kube-apiserver", ready, 180, proc, log)  # ~5 s on quiet cores; much more at load 100
 
     def _start_controllers(self) -> None:
         self._spawn("kube-controller-manager", [

@@ -76,7 +76,7 @@ def k8s_cluster() -> Iterator[KubeCluster]:
             conditions = nodes[0].status.conditions or [] if nodes else []
             return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
-        wait_for("the simulated node Ready", node_ready)
+        wait_for("the simulated node Ready", node_ready, timeout=120)
         # What a cluster for veri must have (README): the `gvisor` RuntimeClass, handled by runsc on the nodes.
         client.NodeV1Api(cluster.api_client()).create_runtime_class(
             {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": RUNTIME_CLASS},
@@ -99,7 +99,7 @@ def _namespace(cluster: KubeCluster) -> Iterator[str]:
         return bool(accounts and accounts[0].secrets)
 
     # Pods are refused until the service-account and token controllers have filled the namespace.
-    wait_for(f"namespace {name}'s default service account token", token_ready)
+    wait_for(f"namespace {name}'s default service account token", token_ready, timeout=120)
     yield name
     core.delete_namespace(name)
 
@@ -140,7 +140,7 @@ def k8s_kubelet_cluster() -> Iterator[KubeCluster]:
             conditions = nodes[0].status.conditions or [] if nodes else []
             return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
-        wait_for("the kubelet's node Ready", node_ready, timeout=90, every=0.5)
+        wait_for("the kubelet's node Ready", node_ready, timeout=180, every=0.5)
         client.NodeV1Api(api).create_runtime_class(
             {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": RUNTIME_CLASS},
              "handler": "runsc"})

@@ -23,7 +23,7 @@ def job_body(name: str, annotations: dict[str, str], **spec: Any) -> dict[str, A
                      "template": {"metadata": {"annotations": annotations}, "spec": pod_spec}}}
 
 
-def finished_job(batch: client.BatchV1Api, namespace: str, name: str, timeout: int = 30) -> client.V1Job:
+def finished_job(batch: client.BatchV1Api, namespace: str, name: str, timeout: int = 90) -> client.V1Job:
     """Watch the Job until the Job controller marks it Complete or Failed."""
     for event in watch.Watch().stream(batch.list_namespaced_job, namespace, field_selector=f"metadata.name={name}",
                                       timeout_seconds=timeout):
@@ -77,7 +77,7 @@ def test_active_deadline_is_enforced_by_the_job_controller(k8s_cluster: KubeClus
     job = finished_job(batch, k8s_namespace, "slow")
     assert [c.reason for c in job.status.conditions if c.type == "Failed"] == ["DeadlineExceeded"]
     # The controller deletes the running pod; the node removes it.
-    wait_for("the deadline-exceeded pod gone", lambda: not job_pods(core, k8s_namespace, "slow"), timeout=20)
+    wait_for("the deadline-exceeded pod gone", lambda: not job_pods(core, k8s_namespace, "slow"), timeout=60)
 
 
 def test_foreground_deletion_removes_the_pods_before_the_job(k8s_cluster: KubeCluster, k8s_namespace: str) -> None:
@@ -104,7 +104,7 @@ def test_foreground_deletion_removes_the_pods_before_the_job(k8s_cluster: KubeCl
             raise
         return False
 
-    wait_for("the Job deleted", job_gone, timeout=30)
+    wait_for("the Job deleted", job_gone, timeout=60)
     assert job_pods(core, k8s_namespace, "long") == []
 
 
