@@ -89,6 +89,10 @@ if ! ctx | docker build --network "$NETWORK" -f "$DOCKERFILE" -t "$TAG" \
   exit 1
 fi
 now=$(docker image inspect -f '{{.Id}}' "$TAG")
-# The replaced image (now untagged); kept only while a container or a child image still uses it.
-[ -z "$previous" ] || [ "$previous" = "$now" ] || docker image rm "$previous" >/dev/null 2>&1 || true
+# The replaced image; kept while another tag (the same image under another IMAGE_PREFIX), a
+# container or a child image still uses it.
+if [ -n "$previous" ] && [ "$previous" != "$now" ] \
+    && [ "$(docker image inspect -f '{{len .RepoTags}}' "$previous" 2>/dev/null)" = 0 ]; then
+  docker image rm "$previous" >/dev/null 2>&1 || true
+fi
 echo "build-image: $TAG built in $((SECONDS - start)) s, $(docker image inspect -f '{{.Size}}' "$TAG" | awk '{printf "%.0f MB", $1/1e6}')"

@@ -103,7 +103,7 @@ def _control_status(stack, token: str) -> int:
 def test_make_down_and_up_rotates_the_control_token(stack):
     def make(target: str) -> None:
         done = subprocess.run(["make", "--no-print-directory", target], cwd=REPO, env=stack.env,
-                              capture_output=True, text=True, timeout=600)
+                              capture_output=True, text=True, timeout=1200)  # may rebuild veri/runtime
         assert done.returncode == 0, f"make {target}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
 
     first = stack.control_token
