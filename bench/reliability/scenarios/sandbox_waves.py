@@ -131,7 +131,8 @@ def run(quick: bool) -> dict[str, Any]:
     row.update(runs=len(report.launches_s) + len(report.failures), escapes=report.leftovers)
     problems = report.failures + ([f"{report.leftovers} sandboxes left after the run"] if report.leftovers else [])
     if problems:
-        return {**row, "notes": f"{len(report.failures)} launch failures; first: {problems[0][:400]}"}
+        return {**row, "notes": f"{len(report.failures)} launch failures; first: {problems[0][:300]};"
+                                f" the others: {report.notes(waves, wave)}"}
     return {**row, "outcome": "pass", "notes": report.notes(waves, wave)}
 
 
