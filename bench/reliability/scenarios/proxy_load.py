@@ -48,7 +48,8 @@ RSS_EVERY_S = 5.0
 # The soak's RSS may grow this much from the first to the last quarter of its samples (after the first
 # round, which fills the tokenizer's, renderer's and prefix caches). Everything per session lives in the
 # span store (SQLite, a bounded page cache); what is left is allocator slack, which wanders by tens of MB
-# between rounds on CPython. A leak of even 1 kB per call is 100 MB over the 30-minute run.
+# between rounds on CPython. On the 2-core box a 30-minute soak is ~15k calls: this limit catches a leak
+# of ~3 kB per call (a span's token lists kept in memory would be tens of kB each).
 SOAK_GROWTH_LIMIT_MB = 48.0
 
 
