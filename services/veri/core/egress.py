@@ -117,8 +117,11 @@ def host_allowed(hosts: list[str], host: str, port: int) -> bool:
     for entry in hosts:
         if entry == ANY_HOST:
             return True
-        name, _, wanted_port = entry.rpartition(":") if HOST_ENTRY.fullmatch(entry) and ":" in entry else (entry, "", "")
-        if wanted_port and wanted_port != str(port):
+        match = HOST_ENTRY.fullmatch(entry)
+        if match is None:  # not an entry a manifest accepts (an IPv6 literal): it allows nothing
+            continue
+        name, wanted_port = match["host"], match["port"]
+        if wanted_port and int(wanted_port) != port:
             continue
         if name.startswith("*."):
             if host.endswith(name[1:]):

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from veri.core.egress import LABEL_EGRESS
 from veri.core.harness import BUNDLE_MOUNT, OUTPUT_MOUNT, HarnessManifest, load_manifest
 
 BUILDER_VERSION = "1"  # bump when the generated Dockerfile changes: every bundle then gets a new tag
@@ -324,7 +325,8 @@ def build_bundle_image(bundle: Path, client: Any, *, prefix: str = "veri", vendo
                              "the npm registry is reachable, then copy vendor/ with the tree")
         npm_cache = npm_folder / "cache"
     text = dockerfile(manifest, base.attrs.get("Config") or {}, wheels is not None)
-    labels = {LABEL_BUNDLE: manifest.name, LABEL_HASH: digest, "org.veri.protocol": manifest.protocol}
+    labels = {LABEL_BUNDLE: manifest.name, LABEL_HASH: digest, "org.veri.protocol": manifest.protocol,
+              LABEL_EGRESS: json.dumps(manifest.egress)}  # the launcher enforces it
     log(f"building {tag} from {bundle} (FROM {manifest.base_image})")
     lines: list[str] = []
     with _context(manifest, entries, text, wheels, npm_cache) as context:

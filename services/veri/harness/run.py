@@ -87,13 +87,17 @@ def run(options: RunOptions) -> list[CollectedRollout]:
     ensure_stack(options)
     image = image_for(options)
     control = ControlClient(options.proxy_url, token=options.control_token)
-    runner = BackendRunner(_backend(options.sandbox), options.out / "outputs")
+    backend = _backend(options.sandbox)
+    runner = BackendRunner(backend, options.out / "outputs")
     settings = LaunchSettings(image=image, model_name=options.model_name, max_turns=options.max_turns,
                               timeout_s=options.timeout_s, max_parallel=options.n, limits=SandboxLimits(),
                               labels={"job": "run-harness", "bundle": manifest.name})
     collector = GroupCollector(control, runner, settings, max_response_length=1 << 30)
-    collected = asyncio.run(collector.collect(step=0, task_index=options.task_index, task=options.task,
-                                              size=options.n))
+    try:
+        collected = asyncio.run(collector.collect(step=0, task_index=options.task_index, task=options.task,
+                                                  size=options.n))
+    finally:
+        backend.close()  # the docker backend's egress gateway goes with it
     for rollout in collected:
         write_record(options.out, rollout)
     return collected

@@ -48,11 +48,12 @@ import structlog
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import LogConfig, Mount, Ulimit
 
-from veri.core import envs
+from veri.core import egress, envs
 from veri.core.episodes import RolloutStatus
 from veri.core.harness import BUNDLE_MOUNT, OUTPUT_MOUNT
 from veri.core.launch import LaunchResult, RolloutLaunch, SandboxLimits
-from veri.launcher.errors import ImageProblem, SandboxUnavailable
+from veri.launcher.docker_egress import DockerEgress
+from veri.launcher.errors import EgressProblem, ImageProblem, SandboxUnavailable
 from veri.launcher.outputs import enforce_output_cap
 from veri.launcher.tails import Tail
 
@@ -78,6 +79,7 @@ class ImageSpec:
     command: list[str]
     home: str
     fetched: float
+    egress: egress.Egress = egress.EGRESS_OPEN  # the bundle's (its image's label): which network, which pass
 
 
 def rollouts_network_options() -> dict[str, Any]:
@@ -163,6 +165,7 @@ class DockerBackend:
         mounts = self._own_mounts() if host_paths is None else host_paths
         self.host_paths = {Path(k): Path(v) for k, v in mounts.items()}
         self._images: dict[str, ImageSpec] = {}
+        self.egress = DockerEgress(self.client, network, launcher_id)
         # dockerd 20.10 sometimes leaves a network's endpoint count off when its containers are removed
         # concurrently (the network then cannot be removed until dockerd restarts); removing them one
         # at a time makes that much rarer (measured: 1 in 6 bursts of 64 instead of 1 in 2).
@@ -182,7 +185,7 @@ class DockerBackend:
                 raise
             except ImageNotFound:
                 error = _missing_image(launch.image)
-            except ImageProblem as exc:
+            except (ImageProblem, EgressProblem) as exc:
                 error = str(exc)
             except (DockerException, OSError) as exc:
                 log.error("sandbox failed", rollout_id=launch.rollout_id, error=f"{type(exc).__name__}: {exc}")
@@ -192,6 +195,7 @@ class DockerBackend:
                             started_at=started, duration_s=time.time() - started)
 
     async def remove_leftovers(self) -> int:
+        await self._call(self.egress.remove_leftover_gateway)
         containers = await self._call(self.client.containers.list, all=True,
                                       filters={"label": f"{LABEL_LAUNCHER}={self.launcher_id}"})
         for container in containers:
@@ -201,6 +205,7 @@ class DockerBackend:
         return len(containers)
 
     def close(self) -> None:
+        self.egress.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.client.close()
 
@@ -320,7 +325,8 @@ class DockerBackend:
             tmpfs[spec.home] = f"{size},{owned},mode=0700"
         labels = {f"veri.{key}": str(value) for key, value in launch.labels.items()}
         labels.update({LABEL_SANDBOX: "1", LABEL_LAUNCHER: self.launcher_id, LABEL_ROLLOUT: launch.rollout_id})
-        env = {**launch.env, envs.VERI_OUTPUT_DIR: OUTPUT_MOUNT}
+        network, egress_env = self.egress.sandbox(spec.egress, launch.env)
+        env = {**launch.env, **egress_env, envs.VERI_OUTPUT_DIR: OUTPUT_MOUNT}
         return self.client.containers.create(
             launch.image,
             command=["/bin/sh", "-c", STDIO_WRAPPER, "veri-harness", *spec.command],
@@ -329,7 +335,7 @@ class DockerBackend:
             user=HARNESS_USER,
             working_dir=BUNDLE_MOUNT,
             runtime=self.runtime,
-            network_mode=self.network,
+            network_mode=network,
             read_only=True,
             tmpfs=tmpfs,
             mounts=[Mount(OUTPUT_MOUNT, self._host_path(output_dir), type="bind"),
@@ -365,7 +371,12 @@ class DockerBackend:
             raise ImageProblem(f"image {image!r} has no CMD (the bundle's entrypoint): build harness images "
                                "with `veri harness build BUNDLE`")
         env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
-        spec = ImageSpec(command=list(command), home=env.get("HOME") or "/home/harness", fetched=time.monotonic())
+        try:
+            policy = egress.from_label((config.get("Labels") or {}).get(egress.LABEL_EGRESS))
+        except egress.EgressError as exc:
+            raise ImageProblem(f"image {image!r}: {exc}") from None
+        spec = ImageSpec(command=list(command), home=env.get("HOME") or "/home/harness", fetched=time.monotonic(),
+                         egress=policy)
         self._images[image] = spec
         return spec
 

@@ -3,7 +3,9 @@
     LauncherError
     ├── SandboxUnavailable      sandboxes cannot run here: no Docker daemon, no runsc (gVisor),
     │                           no rollouts network; `veri serve launcher` refuses to start
-    └── ImageProblem            one rollout's image is missing or has no CMD; that rollout fails
+    ├── ImageProblem            one rollout's image is missing or has no CMD; that rollout fails
+    └── EgressProblem           a bundle's egress cannot be set up (its network missing, the gateway
+                                not starting); that rollout fails
 
 `veri serve launcher` (launcher/cli.py) catches `LauncherError` once and prints
 `veri serve launcher: <message>`, exit status 1; the trainer's in-process sandboxes report it the same
@@ -23,3 +25,7 @@ class SandboxUnavailable(LauncherError):
 
 class ImageProblem(LauncherError):
     """A rollout's image is missing or unusable; the message names the fix."""
+
+
+class EgressProblem(LauncherError):
+    """A rollout's egress cannot be enforced here (docker backend); the message names the fix."""

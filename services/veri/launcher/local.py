@@ -12,21 +12,32 @@ import tempfile
 import time
 from pathlib import Path
 
-from veri.core import envs
+import structlog
+
+from veri.core import egress, envs
 from veri.core.episodes import RolloutStatus
 from veri.core.harness import load_manifest
 from veri.core.launch import LaunchResult, RolloutLaunch
 from veri.launcher.outputs import enforce_output_cap
 from veri.launcher.tails import Tail, drain
 
+log = structlog.get_logger("veri.launcher.local")
+
 
 class LocalBackend:
     name = "local"
     runtime: str | None = None  # no container: the harness runs as this user, on this kernel
 
+    def __init__(self) -> None:
+        self._warned: set[str] = set()
+
     async def run(self, launch: RolloutLaunch, output_dir: Path) -> LaunchResult:
         bundle = Path(launch.image)
         manifest = load_manifest(bundle)
+        if manifest.egress != egress.EGRESS_OPEN and manifest.name not in self._warned:
+            self._warned.add(manifest.name)
+            log.warning("egress not enforced: the local backend runs harnesses as plain processes (dev only); "
+                        "the docker launcher enforces it", bundle=manifest.name, egress=manifest.egress)
         output_dir.mkdir(parents=True, exist_ok=True)
         started = time.time()
         with tempfile.TemporaryDirectory(prefix="veri-home-") as home:
