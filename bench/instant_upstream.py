@@ -94,5 +94,7 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--reply-ids", required=True, help="JSON list of the token ids every reply samples")
     args = parser.parse_args()
+    # vLLM's 5 s keep-alive races the proxy's 4 s on a box this loaded (a connection idle through a round
+    # of the other path is closed as its next request is written: a 503): not what this bench measures.
     uvicorn.run(InstantUpstream(orjson.loads(args.reply_ids)), host="127.0.0.1", port=args.port,
-                log_level="warning")
+                log_level="warning", timeout_keep_alive=600)

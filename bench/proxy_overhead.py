@@ -10,7 +10,10 @@ the direct p99 is the box's noise floor. Two warm-up sessions per gateway and pr
 counted (veri caches a system prompt the second time it sees it); veri's cold first calls are printed.
 
 Agent Lightning's gateway runs as its README starts it (`python -m agentlightning.server`, one
-process, its logs to /dev/null); veri's proxy as `make up` does (one worker). Agent Lightning needs
+process, its logs to /dev/null); veri's proxy as `make up` does (one worker). calls/s is the median over
+rounds, and the ratio the median of each round's (both gateways back to back, under the same load); at
+1 session the tail line says where the p99 comes from: sessions' first calls, veri's own time (its
+access log), or the box (slow direct calls). Agent Lightning needs
 Python >= 3.12 and is never a veri dependency: a throwaway venv.
 
     /root/.pyenv/versions/3.12.1/bin/python -m venv build/bench-al-venv
@@ -103,9 +106,17 @@ class Gateway:
     name: str
     open_session: Callable[[aiohttp.ClientSession], Awaitable[tuple[str, dict]]]  # -> chat URL, headers
     process: psutil.Process
+    access_log: Path | None = None  # where it logs each request's own duration (veri: its JSON service log)
     latencies: list[float] = field(default_factory=list)
+    first_calls: list[float] = field(default_factory=list)  # a session's first call (no bridge to extend)
     rates: list[float] = field(default_factory=list)
     cpu_s: float = 0.0
+    served_ms: list[float] = field(default_factory=list)  # from access_log: request in to reply out
+
+    def cpu_times(self) -> float:
+        """User + system CPU of the gateway and its children (gunicorn's master serves veri's worker)."""
+        processes = [self.process, *self.process.children(recursive=True)]
+        return sum(sum(process.cpu_times()[:2]) for process in processes)
 
 
 async def chat_session(client: aiohttp.ClientSession, gateway: Gateway, system: str, latencies: list[float]) -> None:
@@ -115,6 +126,8 @@ async def chat_session(client: aiohttp.ClientSession, gateway: Gateway, system: 
         started = time.perf_counter()
         reply = await post(client, url, {"model": MODEL, "messages": messages, "tools": [TOOL]}, headers)
         latencies.append(time.perf_counter() - started)
+        if turn == 0:
+            gateway.first_calls.append(latencies[-1])
         messages = next_messages(messages, reply["choices"][0]["message"], turn)
 
 
@@ -174,7 +187,7 @@ def veri_proxy(model: Path, upstream: str) -> Iterator[Gateway]:
             session = await post(client, f"{proxy.url}/control/sessions", {})
             return f"{session['openai_base_url']}/chat/completions", {"Authorization": f"Bearer {session['api_key']}"}
 
-        yield Gateway("veri", open_session, psutil.Process(proxy.process.pid))
+        yield Gateway("veri", open_session, psutil.Process(proxy.process.pid), access_log=proxy.log_path)
 
 
 @contextlib.contextmanager
@@ -238,7 +251,35 @@ class Row:
         return (f"{self.tokens:>6} {self.concurrency:>4} {g.name:>16} {pct(self.direct, 50):>9.2f}ms "
                 f"{pct(self.direct, 99):>9.2f}ms "
                 f"{self.added(50):>8.2f}ms {self.added(99):>8.2f}ms {p50:>8.2f}ms {p99:>8.2f}ms {p99 / p50:>6.1f} "
-                f"{max(g.rates):>8.0f} {g.cpu_s / len(g.latencies) * 1000:>8.2f}ms")
+                f"{statistics.median(g.rates):>8.0f} {g.cpu_s / len(g.latencies) * 1000:>8.2f}ms")
+
+    def tail(self) -> str:
+        """Where a call's p99 comes from: the first calls of sessions (a render, no bridge), the gateway's own
+        time (its log: request in to reply out), or outside it (the same tail on the direct path is the box)."""
+        g = self.gateway
+        p50 = pct(g.latencies, 50)
+        slow = sum(latency * 1000 > 3 * p50 for latency in g.latencies)
+        slow_first = sum(latency * 1000 > 3 * p50 for latency in g.first_calls)
+        direct_slow = sum(latency > 3 * statistics.median(self.direct) for latency in self.direct)
+        served = (f"; its own time p50 {pct(g.served_ms, 50) / 1000:.2f} / p99 {pct(g.served_ms, 99) / 1000:.2f}ms"
+                  if g.served_ms else "")
+        return (f"{'':>28}tail: {slow} of {len(g.latencies)} calls over 3x p50 ({slow_first} of them first calls,"
+                f" p50 {pct(g.first_calls, 50):.2f}ms); direct {direct_slow} of {len(self.direct)}{served}")
+
+
+def log_size(gateway: Gateway) -> int:
+    return gateway.access_log.stat().st_size if gateway.access_log else 0
+
+
+def served_ms(gateway: Gateway, offset: int) -> list[float]:
+    """The chat calls' own durations the gateway logged since `offset` (veri: one JSON `request` event each)."""
+    if gateway.access_log is None:
+        return []
+    with gateway.access_log.open("rb") as log:
+        log.seek(offset)
+        events = [orjson.loads(line) for line in log.read().splitlines() if line.startswith(b"{")]
+    return [event["duration_ms"] for event in events
+            if event.get("event") == "request" and str(event.get("path", "")).endswith("/chat/completions")]
 
 
 def warm_up(gateways: list[Gateway], system: str) -> list[float]:
@@ -259,16 +300,17 @@ def measure(gateways: list[Gateway], upstream: str, prompts: list[list[int]], sy
     direct_tokens: list[float] = []
     direct_chat_calls: list[float] = []
     for gateway in gateways:
-        gateway.latencies, gateway.rates, gateway.cpu_s = [], [], 0.0
+        gateway.latencies, gateway.first_calls, gateway.rates, gateway.cpu_s, gateway.served_ms = [], [], [], 0.0, []
     for _ in range(max(rounds, -(-48 // concurrency))):  # 1 session: at least 48 x 4 calls
         direct_tokens += asyncio.run(run(concurrency, lambda c, lat: direct_completions(c, upstream, prompts, lat)))[0]
         direct_chat_calls += asyncio.run(run(concurrency, lambda c, lat: direct_chat(c, upstream, system, lat)))[0]
         for gateway in gateways:
-            before = sum(gateway.process.cpu_times()[:2])
+            before, logged = gateway.cpu_times(), log_size(gateway)
             latencies, rate = asyncio.run(run(concurrency, lambda c, lat, g=gateway: chat_session(c, g, system, lat)))
-            gateway.cpu_s += sum(gateway.process.cpu_times()[:2]) - before
+            gateway.cpu_s += gateway.cpu_times() - before
             gateway.latencies += latencies
             gateway.rates.append(rate)
+            gateway.served_ms += served_ms(gateway, logged)
     return [Row(len(prompts[-1]), concurrency, gateway,
                 direct_tokens if gateway.name == "veri" else direct_chat_calls) for gateway in gateways]
 
@@ -280,7 +322,7 @@ def main() -> None:
                         help="python of a venv with agentlightning==1.0.2 (skipped when absent)")
     parser.add_argument("--sizes", default="1000,8000", help="system prompt tokens, comma-separated")
     parser.add_argument("--concurrency", default="1,64", help="concurrent sessions, comma-separated")
-    parser.add_argument("--rounds", type=int, default=3, help="sessions per concurrent slot (>= 48 sessions)")
+    parser.add_argument("--rounds", type=int, default=5, help="sessions per concurrent slot (>= 48 sessions)")
     args = parser.parse_args()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     reply_ids = tokenizer.encode(REPLY_TEXT, add_special_tokens=False) + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
@@ -307,11 +349,17 @@ def main() -> None:
                 rows = measure(gateways, upstream, prompts, system, concurrency, args.rounds)
                 for row in rows:
                     print(row.line(), flush=True)
+                    if concurrency == 1:
+                        print(row.tail(), flush=True)
                 if len(rows) == 2:
                     veri, al = rows
+                    # Each round's gateways ran back to back: a ratio per round sees the same load on both.
+                    ratios = sorted(v / a for v, a in zip(veri.gateway.rates, al.gateway.rates, strict=True))
                     summary.append(f"{veri.tokens:>6} {concurrency:>4}  veri/AL added p50 "
-                                   f"{veri.added(50) / al.added(50):.2f}x, calls/s "
-                                   f"{max(veri.gateway.rates) / max(al.gateway.rates):.2f}x")
+                                   f"{veri.added(50) / al.added(50):.2f}x, calls/s {statistics.median(ratios):.2f}x"
+                                   f" (rounds {ratios[0]:.2f}-{ratios[-1]:.2f}x), CPU per call "
+                                   f"{veri.gateway.cpu_s / len(veri.gateway.latencies) * 1000:.2f} / "
+                                   f"{al.gateway.cpu_s / len(al.gateway.latencies) * 1000:.2f}ms")
         if summary:
             print("\n".join(["", "ratios (one run, same box, same upstream):", *summary]))
 

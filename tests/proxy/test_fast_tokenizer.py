@@ -35,3 +35,13 @@ def test_same_ids_offsets_and_renders_as_transformers(tiny_model):
                                                                             add_generation_prompt=True)
                     for tokenizer in (fast, hf))
     assert ours == theirs
+
+
+def test_short_texts_come_from_the_cache_unchanged_by_what_a_caller_did(tiny_model):
+    hf = AutoTokenizer.from_pretrained(tiny_model)
+    fast = RustBackedTokenizer(hf)
+    header = "<|im_start|>assistant\n"
+    first = fast.encode(header)
+    first.append(-1)  # a renderer extends the list it got
+    assert fast.encode(header) == hf.encode(header, add_special_tokens=False)
+    assert fast.encode(header, add_special_tokens=True) == hf.encode(header, add_special_tokens=True)

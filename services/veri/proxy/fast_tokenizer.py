@@ -6,6 +6,7 @@ bridged call. `verify_same_ids` guards the equivalence at startup.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 PROBES = [
@@ -16,6 +17,9 @@ PROBES = [
 ]
 
 
+SHORT_TEXT = 64  # characters
+
+
 class RustBackedTokenizer:
     def __init__(self, hf_tokenizer: Any):
         self._hf = hf_tokenizer
@@ -24,9 +28,17 @@ class RustBackedTokenizer:
         self.unk_token_id = hf_tokenizer.unk_token_id
         self.eos_token_id = hf_tokenizer.eos_token_id
         self.chat_template = hf_tokenizer.chat_template  # part of the prompt prefix cache's key
+        # Renderers encode the same few short strings on every call (the assistant header, three times
+        # a call, tool-call tags): those are looked up, not tokenized again. Same ids: one tokenizer.
+        self._encode_short = lru_cache(maxsize=4096)(self._encode_tuple)
 
     def encode(self, text: str, add_special_tokens: bool = False, **_: Any) -> list[int]:
+        if len(text) <= SHORT_TEXT:
+            return list(self._encode_short(text, add_special_tokens))
         return self._rust.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def _encode_tuple(self, text: str, add_special_tokens: bool) -> tuple[int, ...]:
+        return tuple(self._rust.encode(text, add_special_tokens=add_special_tokens).ids)
 
     def decode(self, token_ids: Any, skip_special_tokens: bool = False, **_: Any) -> str:
         return self._rust.decode(list(token_ids), skip_special_tokens=skip_special_tokens)

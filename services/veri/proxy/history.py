@@ -54,12 +54,24 @@ def canonical_message(message: dict[str, Any]) -> dict[str, Any]:
 
 def prefix_hashes(tools: list[dict[str, Any]] | None, messages: list[dict[str, Any]]) -> list[str]:
     """hashes[k-1] identifies (tools, messages[:k]) for k = 1..len(messages)."""
-    digest = hashlib.blake2b(orjson.dumps(tools or [], option=orjson.OPT_SORT_KEYS), digest_size=16)
-    hashes = []
-    for message in messages:
+    return ConversationHashes(tools, messages).hashes
+
+
+class ConversationHashes:
+    """`prefix_hashes` of a conversation, which the hash of the conversation + one more message extends
+    without hashing the conversation again (a call's span is keyed by its messages + the reply)."""
+
+    def __init__(self, tools: list[dict[str, Any]] | None, messages: list[dict[str, Any]]):
+        self._digest = hashlib.blake2b(orjson.dumps(tools or [], option=orjson.OPT_SORT_KEYS), digest_size=16)
+        self.hashes: list[str] = []
+        for message in messages:
+            self._digest.update(orjson.dumps(canonical_message(message), option=orjson.OPT_SORT_KEYS))
+            self.hashes.append(self._digest.copy().hexdigest())
+
+    def with_message(self, message: dict[str, Any]) -> str:
+        digest = self._digest.copy()
         digest.update(orjson.dumps(canonical_message(message), option=orjson.OPT_SORT_KEYS))
-        hashes.append(digest.copy().hexdigest())
-    return hashes
+        return digest.hexdigest()
 
 
 def first_difference(earlier: list[dict[str, Any]], later: list[dict[str, Any]]) -> str:

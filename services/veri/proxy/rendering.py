@@ -20,10 +20,10 @@ from transformers import AutoTokenizer
 
 from veri.core.records import PromptSource
 from veri.proxy.fast_tokenizer import RustBackedTokenizer, verify_same_ids
-from veri.proxy.history import first_difference, prefix_hashes
+from veri.proxy.history import ConversationHashes, first_difference
 from veri.proxy.prefix_cache import PrefixRenderCache, split_for
 from veri.proxy.settings import ProxySettings
-from veri.proxy.store import SpanStore
+from veri.proxy.store import PriorTurn, SharedIds, SpanStore
 
 log = structlog.get_logger("veri.proxy")
 
@@ -36,6 +36,8 @@ class PromptPlan:
     source: PromptSource
     reason: str
     bridged_from: int | None
+    hashes: ConversationHashes  # of the messages: the span's key extends them with the reply
+    shared: SharedIds | None = None  # the ids it has from the span it bridges from (stored by reference)
 
 
 def resolve_renderer_name(settings: ProxySettings) -> str:
@@ -83,25 +85,27 @@ class ChatRendering:
         self, store: SpanStore, rollout_id: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
     ) -> PromptPlan:
         """The prompt for this call: bridged from an earlier call when it continues one."""
-        hashes = prefix_hashes(tools, messages)
-        prior = store.find_prior_turn(rollout_id, hashes[:-1]) if len(messages) > 1 else None
+        hashes = ConversationHashes(tools, messages)
+        prior = store.find_prior_turn(rollout_id, hashes.hashes[:-1]) if len(messages) > 1 else None
         if prior is not None:
             new_messages = messages[prior.n_messages :]
             bridged = self.renderer.bridge_to_next_turn(
                 prior.prompt_ids, prior.completion_ids, new_messages, tools=tools
             )
             if bridged is not None:
-                plan = PromptPlan(
-                    list(bridged.token_ids),
+                ids = list(bridged.token_ids)
+                return PromptPlan(
+                    ids,
                     PromptSource.BRIDGED,
                     f"extends span {prior.request_index} with {len(new_messages)} new message(s)",
                     prior.request_index,
+                    hashes,
+                    shared_ids(prior, ids),
                 )
-                return plan
             reason = f"continues span {prior.request_index} but the renderer cannot bridge these new messages"
         else:
             reason = self._why_not_continued(store, rollout_id, messages)
-        return PromptPlan(self.prefixes.render(messages, tools), PromptSource.FULL_RENDER, reason, None)
+        return PromptPlan(self.prefixes.render(messages, tools), PromptSource.FULL_RENDER, reason, None, hashes)
 
     @staticmethod
     def _why_not_continued(store: SpanStore, rollout_id: str, messages: list[dict[str, Any]]) -> str:
@@ -122,6 +126,17 @@ class ChatRendering:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def shared_ids(prior: PriorTurn, ids: list[int]) -> SharedIds | None:
+    """How many of `ids` are the prior turn's prompt + completion ids: all of them, or (the renderer cut
+    the completion at its turn's close) its prompt. Compared, never assumed."""
+    prompt, completion = prior.prompt_ids, prior.completion_ids
+    if ids[: len(prompt)] != prompt:
+        return None
+    whole = len(prompt) + len(completion)
+    shared = whole if ids[len(prompt) : whole] == completion else len(prompt)
+    return SharedIds(prior.request_index, shared)
 
 
 def template_identity(renderer: Any, tokenizer: Any) -> str:

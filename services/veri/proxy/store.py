@@ -27,6 +27,7 @@ import orjson
 from veri.core.records import RecordedRequest, ReplicaStats, SessionStatus, Span
 from veri.proxy.checkpointer import WalCheckpointer
 from veri.proxy.errors import CaptureFailed, InvalidApiKey, InvalidRequest, SessionClosed, UnknownRollout
+from veri.proxy.long_texts import LongTexts, hashes_at, join
 from veri.proxy.replicas import Replica
 
 _SCHEMA = """
@@ -45,10 +46,15 @@ CREATE TABLE IF NOT EXISTS spans (
     span TEXT NOT NULL,
     prefix_hash TEXT NOT NULL,      -- hash of (tools, messages..., this call's assistant reply)
     n_messages INTEGER NOT NULL,    -- messages in that prefix
-    prompt_ids BLOB NOT NULL,
+    prompt_ids BLOB NOT NULL,       -- the prompt's ids after the prompt_shared it has from prompt_base
     completion_ids BLOB NOT NULL,
+    prompt_base INTEGER,            -- the span whose prompt + completion ids this prompt starts with (NULL: none)
+    prompt_shared INTEGER,          -- how many of them
+    prompt_depth INTEGER,           -- spans read to rebuild the prompt (0: prompt_ids is all of it)
+    long_texts TEXT,                -- where in `span` a long string is kept in `texts` (JSON paths; NULL: none)
     PRIMARY KEY (rollout_id, request_index)
 );
+CREATE TABLE IF NOT EXISTS texts (hash TEXT PRIMARY KEY, text TEXT NOT NULL) WITHOUT ROWID;  -- long_texts.py
 CREATE INDEX IF NOT EXISTS spans_by_prefix ON spans (rollout_id, prefix_hash);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS requests (   -- harness requests the capture path took on: a retry finds its first try
@@ -90,7 +96,15 @@ _ADDED_COLUMNS = [
     ("replicas", "failed_requests", "INTEGER NOT NULL DEFAULT 0"),
     ("recorded_requests", "answered_at", "REAL"),
     ("requests", "worker_pid", "INTEGER"),
+    ("spans", "prompt_base", "INTEGER"),
+    ("spans", "prompt_shared", "INTEGER"),
+    ("spans", "prompt_depth", "INTEGER"),
+    ("spans", "long_texts", "TEXT"),
 ]
+
+# A bridged prompt is stored as what it adds to the prompt + completion it extends; past this many
+# links the whole prompt is stored again, so rebuilding one reads a bounded number of rows.
+MAX_PROMPT_DEPTH = 8
 
 
 @dataclass(frozen=True)
@@ -100,6 +114,14 @@ class SessionRow:
     status: SessionStatus
     metadata: dict[str, Any]
     replica: int = 0
+
+
+@dataclass(frozen=True)
+class SharedIds:
+    """A prompt's first `count` ids are the prompt + completion ids of span `request_index`."""
+
+    request_index: int
+    count: int
 
 
 @dataclass(frozen=True)
@@ -113,8 +135,14 @@ class PriorTurn:
 
 
 # Token ids live in their own columns (compact, and read alone when a later turn bridges); the
-# JSON column holds the rest of the span.
+# JSON column holds the rest of the span, its long strings in `texts`.
 _IN_BLOBS = {"prompt_token_ids", "completion_token_ids"}
+_IN_COLUMNS = {*_IN_BLOBS, "request_index"}  # assigned in the write transaction
+_WITH_TEXTS = ("request", "response", "messages", "tools", "reply_message")
+_SPAN_ROW = "request_index, span, long_texts, prompt_base, prompt_shared, prompt_ids, completion_ids"
+
+
+_ID_BYTES = 4
 
 
 def _pack(ids: list[int]) -> bytes:
@@ -276,9 +304,14 @@ class SpanStore:
 
     # --- spans ------------------------------------------------------------------------------
 
-    def add_span(self, span: Span, *, prefix_hash: str, n_messages: int, answers: int | None = None) -> Span:
+    def add_span(self, span: Span, *, prefix_hash: str, n_messages: int, answers: int | None = None,
+                 shared: SharedIds | None = None) -> Span:
         """Assign the next request_index and commit the span (with the request it `answers`, from
-        `begin_request`, in the same transaction). Returns the stored span."""
+        `begin_request`, in the same transaction). `shared`: the prompt's ids it has from an earlier
+        span, stored by reference. Returns the stored span."""
+        long_texts = LongTexts()
+        stored = span.model_copy(update={name: long_texts.split(getattr(span, name), [name]) for name in _WITH_TEXTS})
+        fields = stored.model_dump_json(exclude=_IN_COLUMNS)
         try:
             with self._lock:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -288,16 +321,25 @@ class SpanStore:
                         (span.rollout_id,),
                     ).fetchone()
                     span.request_index = next_index
+                    base, count, depth = self._prompt_reference(span.rollout_id, shared)
+                    if long_texts.texts:
+                        self._db.executemany("INSERT OR IGNORE INTO texts VALUES (?, ?)", long_texts.texts.items())
                     self._db.execute(
-                        "INSERT INTO spans VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        "INSERT INTO spans (rollout_id, request_index, span, prefix_hash, n_messages, prompt_ids,"
+                        " completion_ids, prompt_base, prompt_shared, prompt_depth, long_texts)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (
                             span.rollout_id,
                             next_index,
-                            span.model_dump_json(exclude=_IN_BLOBS),
+                            fields,
                             prefix_hash,
                             n_messages,
-                            _pack(span.prompt_token_ids),
+                            _pack(span.prompt_token_ids[count:]),
                             _pack(span.completion_token_ids),
+                            base,
+                            count,
+                            depth,
+                            orjson.dumps(long_texts.at).decode() if long_texts.at else None,
                         ),
                     )
                     self._count_call(span)
@@ -310,6 +352,53 @@ class SpanStore:
         except sqlite3.Error as exc:
             raise CaptureFailed(f"could not store the span ({exc}); the response was withheld") from exc
         return span
+
+    def _prompt_reference(self, rollout_id: str, shared: SharedIds | None) -> tuple[int | None, int, int]:
+        """(prompt_base, prompt_shared, prompt_depth) for a new span's row: by reference while the chain is short."""
+        if shared is None or shared.count == 0:
+            return None, 0, 0
+        found = self._db.execute("SELECT prompt_depth FROM spans WHERE rollout_id = ? AND request_index = ?",
+                                 (rollout_id, shared.request_index)).fetchone()
+        if found is None or (found[0] or 0) + 1 > MAX_PROMPT_DEPTH:
+            return None, 0, 0
+        return shared.request_index, shared.count, (found[0] or 0) + 1
+
+    def _ids(self, rollout_id: str, request_index: int) -> tuple[bytes, bytes]:
+        """A span's (prompt, completion) ids as packed bytes, its prompt rebuilt from the spans it extends."""
+        base, count, prompt, completion = self._db.execute(
+            "SELECT prompt_base, prompt_shared, prompt_ids, completion_ids FROM spans"
+            " WHERE rollout_id = ? AND request_index = ?", (rollout_id, request_index),
+        ).fetchone()
+        return self._prompt(rollout_id, base, count, prompt, {}), completion
+
+    def _prompt(self, rollout_id: str, base: int | None, count: int | None, tail: bytes,
+                known: dict[int, tuple[bytes, bytes]]) -> bytes:
+        if base is None:
+            return tail
+        prompt, completion = known.get(base) or self._ids(rollout_id, base)
+        return (prompt + completion)[: (count or 0) * _ID_BYTES] + tail
+
+    def _spans(self, rollout_id: str, rows: list[tuple]) -> list[Span]:
+        """Spans from `_SPAN_ROW` rows (in request order), long strings and prompts rebuilt."""
+        paths = [orjson.loads(row[2]) if row[2] else [] for row in rows]
+        fields = [orjson.loads(row[1]) for row in rows]
+        wanted = {key for one, at in zip(fields, paths, strict=True) for key in hashes_at(one, at)}
+        texts = self._texts(wanted)
+        known: dict[int, tuple[bytes, bytes]] = {}
+        spans = []
+        for (index, _, _, base, count, prompt, completion), one, at in zip(rows, fields, paths, strict=True):
+            prompt = self._prompt(rollout_id, base, count, prompt, known)
+            known[index] = (prompt, completion)
+            join(one, at, texts)
+            spans.append(Span.model_validate({**one, "request_index": index, "prompt_token_ids": _unpack(prompt),
+                                              "completion_token_ids": _unpack(completion)}))
+        return spans
+
+    def _texts(self, hashes: set[str]) -> dict[str, str]:
+        if not hashes:
+            return {}
+        marks = ",".join("?" * len(hashes))
+        return dict(self._db.execute(f"SELECT hash, text FROM texts WHERE hash IN ({marks})", tuple(hashes)))
 
     def _count_call(self, span: Span) -> None:
         if span.replica is None:
@@ -327,14 +416,9 @@ class SpanStore:
         self.get_session(rollout_id)
         with self._lock:
             rows = self._db.execute(
-                "SELECT span, prompt_ids, completion_ids FROM spans WHERE rollout_id = ? ORDER BY request_index",
-                (rollout_id,),
+                f"SELECT {_SPAN_ROW} FROM spans WHERE rollout_id = ? ORDER BY request_index", (rollout_id,),
             ).fetchall()
-        return [
-            Span.model_validate({**orjson.loads(row[0]), "prompt_token_ids": _unpack(row[1]),
-                                 "completion_token_ids": _unpack(row[2])})
-            for row in rows
-        ]
+            return self._spans(rollout_id, rows)
 
     def find_prior_turn(self, rollout_id: str, prefix_hashes: list[str]) -> PriorTurn | None:
         """The latest span whose (messages + reply) equals the longest of the given prefixes."""
@@ -343,38 +427,38 @@ class SpanStore:
         marks = ",".join("?" * len(prefix_hashes))
         with self._lock:
             found = self._db.execute(
-                f"SELECT request_index, n_messages, prompt_ids, completion_ids FROM spans "
+                f"SELECT request_index, n_messages, prompt_base, prompt_shared, prompt_ids, completion_ids FROM spans "
                 f"WHERE rollout_id = ? AND prefix_hash IN ({marks}) "
                 f"ORDER BY n_messages DESC, request_index DESC LIMIT 1",
                 (rollout_id, *prefix_hashes),
             ).fetchone()
-        if found is None:
-            return None
-        return PriorTurn(found[0], found[1], _unpack(found[2]), _unpack(found[3]))
+            if found is None:
+                return None
+            prompt = self._prompt(rollout_id, found[2], found[3], found[4], {})
+        return PriorTurn(found[0], found[1], _unpack(prompt), _unpack(found[5]))
 
     def span_by_response_id(self, rollout_id: str, response_id: str) -> Span | None:
         """The span of this rollout whose response carries `response_id` (Responses API chains)."""
         with self._lock:
             found = self._db.execute(
-                "SELECT span, prompt_ids, completion_ids FROM spans WHERE rollout_id = ? "
+                f"SELECT {_SPAN_ROW} FROM spans WHERE rollout_id = ? "
                 "AND json_extract(span, '$.response.id') = ? ORDER BY request_index DESC LIMIT 1",
                 (rollout_id, response_id),
             ).fetchone()
-        if found is None:
-            return None
-        return Span.model_validate({**orjson.loads(found[0]), "prompt_token_ids": _unpack(found[1]),
-                                    "completion_token_ids": _unpack(found[2])})
+            return self._spans(rollout_id, [found])[0] if found is not None else None
 
     def latest_span_messages(self, rollout_id: str) -> tuple[int, list[dict[str, Any]]] | None:
         """(request_index, messages + assistant reply) of the latest span, for diagnostics."""
         with self._lock:
             found = self._db.execute(
-                "SELECT request_index, span FROM spans WHERE rollout_id = ? ORDER BY request_index DESC LIMIT 1",
+                "SELECT request_index, span, long_texts FROM spans WHERE rollout_id = ?"
+                " ORDER BY request_index DESC LIMIT 1",
                 (rollout_id,),
             ).fetchone()
-        if found is None:
-            return None
-        span = orjson.loads(found[1])
+            if found is None:
+                return None
+            span, at = orjson.loads(found[1]), orjson.loads(found[2]) if found[2] else []
+            join(span, at, self._texts(set(hashes_at(span, at))))
         return found[0], [*span["messages"], span["reply_message"]]
 
     # --- recorded requests (veri replay) ---------------------------------------------------------
@@ -470,19 +554,19 @@ class SpanStore:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 row = self._db.execute(
-                    "SELECT span, prompt_ids, completion_ids FROM spans WHERE rollout_id = ? AND request_index = ?",
+                    f"SELECT {_SPAN_ROW} FROM spans WHERE rollout_id = ? AND request_index = ?",
                     (rollout_id, request_index),
                 ).fetchone()
-                fields = orjson.loads(row[0])
+                fields = orjson.loads(row[1])
                 fields["retried_at"] = [*fields.get("retried_at", []), at]
+                span = orjson.dumps(fields).decode()
                 self._db.execute("UPDATE spans SET span = ? WHERE rollout_id = ? AND request_index = ?",
-                                 (orjson.dumps(fields).decode(), rollout_id, request_index))
+                                 (span, rollout_id, request_index))
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-        return Span.model_validate({**fields, "prompt_token_ids": _unpack(row[1]),
-                                    "completion_token_ids": _unpack(row[2])})
+            return self._spans(rollout_id, [(row[0], span, *row[2:])])[0]
 
     def count_spans(self, rollout_id: str) -> int:
         with self._lock:

@@ -1,0 +1,75 @@
+"""A span's long strings, kept once in the span store instead of in every span that carries them.
+
+Every call of a rollout resends the whole conversation, and every rollout of a job opens with the
+same system prompt and tools: a span holding them verbatim (in the client's request and again in
+the rendered messages) wrote ~50 KB per call at 8k tokens, most of it text the store already had.
+`split` swaps each string of at least `LONG_TEXT` characters for its hash and lists where it was;
+`join` puts the strings back. Where they were is kept beside the span (not marked inside it), so
+no client text can be mistaken for a reference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+LONG_TEXT = 1024  # characters: shorter strings cost less to store than to look up
+
+Path = list[str | int]
+
+
+class LongTexts:
+    """The long strings found in one span's values, by hash, and where each was."""
+
+    def __init__(self) -> None:
+        self.texts: dict[str, str] = {}
+        self.at: list[Path] = []
+        self._hashes: dict[int, str] = {}  # the same string object (request and messages share it) hashed once
+
+    def split(self, value: Any, path: Path) -> Any:
+        """`value` with its long strings replaced by their hashes (copied only where one was)."""
+        if isinstance(value, str):
+            if len(value) < LONG_TEXT:
+                return value
+            key = self._hashes.get(id(value))
+            if key is None:
+                key = hashlib.blake2b(value.encode(), digest_size=16).hexdigest()
+                self._hashes[id(value)] = key
+                self.texts[key] = value
+            self.at.append(path)
+            return key
+        if isinstance(value, dict):
+            copy = None
+            for name, item in value.items():
+                new = self.split(item, [*path, name])
+                if new is not item:
+                    copy = copy if copy is not None else dict(value)
+                    copy[name] = new
+            return value if copy is None else copy
+        if isinstance(value, list):
+            copied = None
+            for index, item in enumerate(value):
+                new = self.split(item, [*path, index])
+                if new is not item:
+                    copied = copied if copied is not None else list(value)
+                    copied[index] = new
+            return value if copied is None else copied
+        return value
+
+
+def hashes_at(fields: dict[str, Any], at: list[Path]) -> list[str]:
+    return [_parent(fields, path)[path[-1]] for path in at]
+
+
+def join(fields: dict[str, Any], at: list[Path], texts: dict[str, str]) -> None:
+    """Put the long strings back into a span's JSON fields, in place."""
+    for path in at:
+        parent = _parent(fields, path)
+        parent[path[-1]] = texts[parent[path[-1]]]
+
+
+def _parent(fields: dict[str, Any], path: Path) -> Any:
+    node: Any = fields
+    for step in path[:-1]:
+        node = node[step]
+    return node
