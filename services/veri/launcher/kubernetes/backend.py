@@ -196,6 +196,7 @@ class KubernetesBackend:
         """Waits for the rollout's end as the watches report it: (status, exit code, notes)."""
         deadline = time.monotonic() + launch.timeout_s + DEADLINE_GRACE_S
         deleted_at: float | None = None
+        ended_at: float | None = None  # when the watches reported the Job's end
         while True:
             condition = state.job_condition
             if condition and condition[0] == "Failed" and condition[1] == "DeadlineExceeded":
@@ -205,19 +206,24 @@ class KubernetesBackend:
                     f"[veri] still running after timeout_s={launch.timeout_s:g}: the Job's deadline killed it"]
             if state.exit_code is not None and state.phase in ("Succeeded", "Failed") and not state.pod_deleting:
                 return _exit_verdict(state, launch)
-            if condition and condition[0] == "Complete":
+            now = time.monotonic()
+            if condition and ended_at is None:
+                ended_at = now
+            # The two watches are two threads: the Job's end may come in before its pod's exit code.
+            # Give the pod's event EXIT_GRACE_S before deciding without it.
+            if condition and condition[0] == "Complete" and (state.exit_code is not None
+                                                              or now - ended_at > EXIT_GRACE_S):
                 return RolloutStatus.COMPLETED, state.exit_code or 0, []
-            if condition and condition[0] == "Failed":
-                if state.exit_code is not None:
-                    return _exit_verdict(state, launch)
+            if condition and condition[0] == "Failed" and state.exit_code is not None:
+                return _exit_verdict(state, launch)
+            if condition and condition[0] == "Failed" and now - ended_at > EXIT_GRACE_S:
                 return RolloutStatus.FAILED, None, [f"[veri] the Job failed: {condition[1]}: {condition[2]}"]
             if state.waiting_reason in FATAL_WAITING:
                 return RolloutStatus.FAILED, None, [_waiting_note(state, self.pod.registry)]
             if state.job_gone:
                 return RolloutStatus.FAILED, None, ["[veri] the rollout's Job was deleted by someone else"]
             if state.pod_deleting and deleted_at is None:
-                deleted_at = time.monotonic()  # the Job controller's deadline kill, or someone else's
-            now = time.monotonic()
+                deleted_at = now  # the Job controller's deadline kill, or someone else's
             if deleted_at is not None and now - deleted_at > EXIT_GRACE_S:
                 if state.exit_code is not None:
                     return _exit_verdict(state, launch)
@@ -228,7 +234,8 @@ class KubernetesBackend:
                 return RolloutStatus.TRUNCATED, None, [
                     f"[veri] still running after timeout_s={launch.timeout_s:g}: the launcher deleted it"]
             state.changed.clear()
-            wake = deadline - now if deleted_at is None else min(deadline - now, EXIT_GRACE_S)
+            grace = deleted_at is not None or ended_at is not None
+            wake = min(deadline - now, EXIT_GRACE_S) if grace else deadline - now
             try:
                 await asyncio.wait_for(state.changed.wait(), timeout=max(0.05, wake))
             except TimeoutError:
