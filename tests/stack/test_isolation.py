@@ -7,6 +7,7 @@ sandboxes are. A listener on 0.0.0.0 on this host stands in for every host port.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
@@ -89,10 +90,13 @@ def client() -> Iterator[docker.DockerClient]:
 def trainer_standin(stack, client) -> Iterator[str]:
     """A listening port on the control network where the trainer's --metrics-port would be."""
     project = stack.env["VERI_PROJECT"]
-    container = client.containers.run("veri/runtime", ["python3", "-m", "http.server", "9100"], detach=True,
-                                      name=f"{project}-trainer-standin", network=f"{project}_control",
-                                      labels={"veri.test": "isolation"})
+    name = f"{project}-trainer-standin"
+    with contextlib.suppress(docker.errors.NotFound):
+        client.containers.get(name).remove(force=True)
+    container = client.containers.create("veri/runtime", ["python3", "-m", "http.server", "9100"], name=name,
+                                         network=f"{project}_control", labels={"veri.test": "isolation"})
     try:
+        container.start()
         client.networks.get(f"{project}_control").disconnect(container)
         client.networks.get(f"{project}_control").connect(container, aliases=["trainer"])
         yield ip_on(container, f"{project}_control")
