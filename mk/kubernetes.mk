@@ -4,9 +4,9 @@
 # `make test` starts the same build in the background (k8s-binaries-bg) so it overlaps the other tests;
 # tests/kubernetes run last and wait for it (log: build/k8s/build.log).
 
-.PHONY: k8s k8s-binaries-bg
+.PHONY: k8s k8s-binaries-bg k8s-registry
 
-TEST_DEPS += k8s-binaries-bg
+TEST_DEPS += k8s-binaries-bg k8s-registry
 
 k8s:
 	@scripts/k8s/build.sh
@@ -15,3 +15,10 @@ k8s-binaries-bg:
 	@mkdir -p build/k8s
 	@setsid nohup scripts/k8s/build.sh >build/k8s/build.log 2>&1 </dev/null &
 	@echo "k8s: building in the background (build/k8s/build.log); tests/kubernetes wait for it"
+
+# Debian's docker-registry: the private registry tests/kubernetes/test_backend_registry.py pushes to and
+# the kubernetes launcher reads bundle labels from (on loopback; the tests start and stop their own).
+k8s-registry:
+	@command -v docker-registry >/dev/null || { mkdir -p build/k8s && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker-registry \
+		>build/k8s/apt-registry.log 2>&1 || { tail -20 build/k8s/apt-registry.log; exit 1; }; }
