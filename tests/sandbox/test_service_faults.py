@@ -15,6 +15,7 @@ from bench.reliability.scenarios.service_faults import (
     FaultReport,
     build_image,
     disk_full_job,
+    remove_image,
     run_faults,
     service_stack,
     small_volume,
@@ -27,8 +28,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # a 5-step job with 
 def faults_stack(docker_client, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
     workdir = tmp_path_factory.mktemp("service-faults")
     image = build_image(docker_client, workdir / "vendor")
-    with service_stack(docker_client, tiny_model, workdir) as stack:
-        yield stack, image, workdir
+    try:
+        with service_stack(docker_client, tiny_model, workdir) as stack:
+            yield stack, image, workdir
+    finally:
+        remove_image(docker_client, image)
 
 
 def test_the_job_survives_kill_9_of_each_service_mid_step(docker_client, tiny_model: Path, faults_stack):

@@ -236,6 +236,12 @@ def build_image(docker_client: Any, vendor_root: Path) -> str:
     return build_bundle_image(BUNDLE, docker_client, vendor_root=vendor_root, download=False)
 
 
+def remove_image(docker_client: Any, image: str) -> None:
+    """The bundle's test image (veri/harness-service_faults:<hash>, a name no one else uses)."""
+    with contextlib.suppress(Exception):  # docker.errors.APIError: in use or gone; nothing else to do
+        docker_client.images.remove(image, force=True)
+
+
 class Trainer:
     """`veri train` as a process group (what dies with its container), against the stack."""
 
@@ -484,14 +490,18 @@ def run(quick: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="veri-service-faults-") as tmp:
         folder = Path(tmp)
         image = build_image(client, folder / "vendor")
-        with service_stack(client, model, folder) as stack:
-            report = run_faults(docker_client=client, stack=stack, model=model, image=image, workdir=folder,
-                                quick=quick)
-            if _is_root():
-                with small_volume(8) as volume:
-                    problems = disk_full_job(stack=stack, model=model, image=image, workdir=folder, volume=volume)
-            else:
-                problems = ["disk full not run: mounting a tmpfs needs root"]
+        try:
+            with service_stack(client, model, folder) as stack:
+                report = run_faults(docker_client=client, stack=stack, model=model, image=image, workdir=folder,
+                                    quick=quick)
+                if _is_root():
+                    with small_volume(8) as volume:
+                        problems = disk_full_job(stack=stack, model=model, image=image, workdir=folder,
+                                                 volume=volume)
+                else:
+                    problems = ["disk full not run: mounting a tmpfs needs root"]
+        finally:
+            remove_image(client, image)
     client.close()
     problems = report.problems + problems
     row.update(runs=report.rollouts, spans_lost=report.spans_lost, escapes=report.escapes)
