@@ -89,3 +89,58 @@ def test_a_connection_the_policy_server_closed_is_not_reused(reply_ids) -> None:
 
 def complete(client: PolicyClient):
     return client.complete(PROMPT, max_tokens=8, temperature=1.0, top_p=1.0, stop_token_ids=[])
+
+
+def test_a_connection_closed_under_the_first_try_is_tried_once_more(reply_ids) -> None:
+    """The server drops the connection as the call is written (its keep-alive close racing ours): the
+    client tries once more on a fresh connection instead of answering the harness 503."""
+    body = orjson.dumps(reply(None) | {"choices": [{**reply(None)["choices"][0], "token_ids": reply_ids,
+                                                     "logprobs": {"token_logprobs": [-0.5] * len(reply_ids)}}]})
+    seen: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        length = int(next(line.split(b":")[1] for line in lines if line.lower().startswith(b"content-length")))
+        await reader.readexactly(length)
+        seen.append(length)
+        if len(seen) == 1:  # the first try: closed with no answer
+            writer.close()
+            return
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                     % (len(body), body))
+        await writer.drain()
+        writer.close()
+
+    async def call() -> PolicyCompletion:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = PolicyClient(f"http://127.0.0.1:{port}", model=None, timeout_s=30)
+        await client.start()
+        try:
+            return await complete(client)
+        finally:
+            await client.aclose()
+            server.close()
+
+    assert asyncio.run(call()).token_ids == reply_ids
+    assert len(seen) == 2 and seen[0] == seen[1]  # the same body, twice
+
+
+def test_a_policy_that_keeps_closing_is_unavailable() -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+
+    async def call() -> PolicyCompletion:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        client = PolicyClient(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", model=None, timeout_s=30)
+        await client.start()
+        try:
+            return await complete(client)
+        finally:
+            await client.aclose()
+            server.close()
+
+    with pytest.raises(PolicyUnavailable, match="unreachable"):
+        asyncio.run(call())

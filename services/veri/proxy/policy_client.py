@@ -86,13 +86,15 @@ class PolicyClient:
         headers = {"content-type": "application/json"}
         if data_parallel_rank is not None:
             headers[DATA_PARALLEL_RANK_HEADER] = str(data_parallel_rank)
-        # The upstream call is never streamed: a span must hold the complete completion.
+        body = fields[:-1] + b',"prompt":' + prompt_json + b"}"
         try:
-            async with self._http.post(
-                f"{self.base_url}/v1/completions", data=fields[:-1] + b',"prompt":' + prompt_json + b"}",
-                headers=headers,
-            ) as reply:
-                status, payload = reply.status, await reply.read()
+            try:
+                status, payload = await self._post(body, headers)
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                # A kept-alive connection the server closed as we wrote into it (its 5 s idle close racing
+                # our 4 s one on a loaded box): nothing was sampled for us, so one fresh try, not a 503.
+                log.info("policy connection closed under a call: tried again", policy=self.base_url, error=repr(exc))
+                status, payload = await self._post(body, headers)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise PolicyUnavailable(f"policy server at {self.base_url} unreachable ({exc!r}); is it running?") from exc
         if 400 <= status < 500:
@@ -101,6 +103,12 @@ class PolicyClient:
         if status != 200:
             raise PolicyUnavailable(f"policy server answered {status}: {payload[:500].decode(errors='replace')}")
         return self._completion(read_completion(payload, prompt_ids, prompt_json))
+
+    async def _post(self, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        assert self._http is not None
+        # The upstream call is never streamed: a span must hold the complete completion.
+        async with self._http.post(f"{self.base_url}/v1/completions", data=body, headers=headers) as reply:
+            return reply.status, await reply.read()
 
     def _completion(self, body: CompletionResponse) -> PolicyCompletion:
         choice = body.choices[0]
