@@ -6,7 +6,7 @@
 # with no checkout yet: tar -xOf veri-bundle.tar veri-bundle/load.sh | bash -s -- veri-bundle.tar DIR
 BUNDLE_OUT ?= build/veri-bundle.tar
 
-.PHONY: bundle load
+.PHONY: bundle load test-airgap
 
 bundle: images
 	@IMAGE_PREFIX=$(IMAGE_PREFIX) VENDOR=$(VENDOR) MODELS=$(MODELS) GPU=$(GPU) BUNDLE_IMAGES="$(BUNDLE_IMAGES)" \
@@ -15,3 +15,7 @@ bundle: images
 load:
 	@test -n "$(BUNDLE)" || { echo "usage: make load BUNDLE=build/veri-bundle.tar [DEST=dir]"; exit 2; }
 	@scripts/docker/load.sh $(BUNDLE) $(or $(DEST),.)
+
+# The whole air-gapped path as one test (tests/sandbox/test_airgap.py; opt-in, ~12 min).
+test-airgap: venv images
+	AIRGAP_TEST=1 $(BIN)/pytest -q -rs -s tests/sandbox/test_airgap.py

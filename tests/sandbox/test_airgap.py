@@ -33,7 +33,10 @@ from tests.demo.conftest import answer_rule, fetch_rule, tool_call
 from tests.sandbox.conftest import ROOT
 from tests.servers import free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700)]
+# Opt-in (make test-airgap) until it has been seen passing and fits make test's budget: about 12 min
+# of docker save / load and a fresh .venv, more than the 5 this item may add.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700),
+              pytest.mark.skipif(os.environ.get("AIRGAP_TEST") != "1", reason="opt-in: make test-airgap")]
 
 PREFIX = "veriair"
 IMAGES = ["os-base", "base", "base-claude-agent", "base-codex-agent", "runtime"]
