@@ -65,6 +65,7 @@ HARNESS_UID = 1000
 LOGS_MOUNT = "/veri/logs"
 LOG_CEILING_BYTES = 2 << 30  # stdout + stderr on disk while running; past it the sandbox is killed
 GUARD_INTERVAL_S = 0.5
+MAX_STARTING = 8  # sandboxes being created or started at once (per event loop)
 MAX_OUTPUT_ENTRIES = 100_000
 LABEL_SANDBOX = "veri.sandbox"
 LABEL_LAUNCHER = "veri.launcher"
@@ -130,6 +131,10 @@ class DockerBackend:
         self.max_sandboxes = max_sandboxes
         self._pool = ThreadPoolExecutor(max_workers=2 * max_sandboxes + 8, thread_name_prefix="veri-docker")
         self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary())
+        # Creating and starting a runsc sandbox is dockerd's heaviest call; 64 at once on a loaded box
+        # left some waiting past the client's 120 s timeout (a launch failure). A few at a time instead.
+        self._starting: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary())
         try:
             self.client = client or docker.from_env(timeout=120, max_pool_size=2 * max_sandboxes + 8)
@@ -216,14 +221,17 @@ class DockerBackend:
         spec = await self._call(self._image_spec, launch.image)
         logs_dir = _logs_dir(output_dir)
         await self._call(_prepare_dirs, output_dir, logs_dir)
-        container = await self._create_or_discard(launch, spec, output_dir, logs_dir)
+        starting = self._starting.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(MAX_STARTING))
+        async with starting:
+            container = await self._create_or_discard(launch, spec, output_dir, logs_dir)
         notes: list[str] = []
         exit_code: int | None = None
         guarded = False  # the guard killed it
         guard: asyncio.Future | None = None
         waiting: asyncio.Future | None = None
         try:
-            await self._call(container.start)
+            async with starting:
+                await self._call(container.start)
             loop = asyncio.get_running_loop()
             wait = functools.partial(container.wait, timeout=launch.timeout_s + 600)
             waiting = loop.run_in_executor(self._pool, wait)
