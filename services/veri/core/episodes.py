@@ -50,6 +50,7 @@ class Rule(StrEnum):
     HISTORY_REWRITTEN = "history_rewritten"
     RESPONSE_TRUNCATED = "response_truncated"
     REWARD_ERROR = "reward_error"
+    POLICY_VERSION_STALE = "policy_version_stale"
 
 
 class Effect(StrEnum):
@@ -117,6 +118,13 @@ RULES: dict[Rule, RuleSpec] = {
         Effect.REJECT,
         "a reward function raised, timed out or returned no number",
         "fix the reward function (its error is in the message); raise reward_timeout_s if it is slow on purpose",
+    ),
+    Rule.POLICY_VERSION_STALE: RuleSpec(
+        Effect.REJECT,
+        "a span was sampled by another policy version than its step's (a policy server that restarted with"
+        " its original weights, or one another job updates), so its logprobs are not the step's policy",
+        "nothing, if a policy server restarted: the trainer pushes its weights again and later steps train; if"
+        " it keeps happening, give the job its own policy server",
     ),
 }
 

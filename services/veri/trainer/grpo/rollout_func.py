@@ -18,11 +18,13 @@ num_generations times in a row (`rollouts.tasks`), and wants one completion per 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from veri.core.episodes import Rule, Verdict
 from veri.core.rollouts import RolloutRecord
 from veri.launcher.group import gather_to_the_end
 from veri.proxy.control_client import ControlClient
@@ -67,6 +69,7 @@ class HarnessRollouts:
             self.archive.log(f"step {step}: stopped while its rollouts ran (sandboxes removed, nothing archived)")
             raise
         rolled = time.monotonic()
+        collected = [self._reject_stale(step, rollout) for rollout in collected]
         logged: dict[str, list[float]] = {}
         records = self._score(collected, trainer.state, logged)
         scored = time.monotonic()
@@ -113,6 +116,21 @@ class HarnessRollouts:
             else c.record
             for c in collected
         ]
+
+    def _reject_stale(self, step: int, rollout: CollectedRollout) -> CollectedRollout:
+        """A rollout with a span another policy version sampled is masked (`policy_version_stale`), never
+        trained on as if the step's policy had written it."""
+        expected = self.versions.expected(step)
+        stale = [s for s in rollout.record.spans if s.policy_version is not None and s.policy_version != expected]
+        if not stale:
+            return rollout
+        verdict = Verdict.of(Rule.POLICY_VERSION_STALE,
+                             f"span {stale[0].request_index} was sampled by policy version {stale[0].policy_version},"
+                             f" step {step} by version {expected} ({len(stale)} such span(s))",
+                             span=stale[0].request_index, expected=expected,
+                             versions=sorted({s.policy_version for s in stale}))
+        episode = rollout.record.episode.model_copy(update={"verdicts": [*rollout.record.episode.verdicts, verdict]})
+        return dataclasses.replace(rollout, record=rollout.record.model_copy(update={"episode": episode}))
 
     def _version_check(self, step: int, records: list[RolloutRecord]) -> dict[str, int]:
         expected = self.versions.expected(step)
