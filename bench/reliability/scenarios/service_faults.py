@@ -73,6 +73,7 @@ class FaultReport:
     masked_infra: int = 0
     gave_up: int = 0  # harnesses that stopped retrying while the proxy restarted (masked harness_failed)
     late_spans: int = 0  # of masked rollouts: answered after the trainer read them (in the store, not the record)
+    stale_masked: int = 0  # sampled by the restarted policy server before it got the weights: policy_version_stale
     restarts: dict[str, float] = field(default_factory=dict)  # service -> seconds until healthy again
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
@@ -378,6 +379,9 @@ def check_archive(report: FaultReport, job_dir: Path, outputs: Path, control: An
                 report.problems.append(f"{where}: {record.status} without an infrastructure_error:"
                                        f" {[v.message for v in record.verdicts]}; stderr {stderr[-600:]!r}")
             report.masked_infra += infra
+        elif record.policy_step == FAULTS.index("policy") and any(
+                v.rule.value == "policy_version_stale" for v in record.verdicts):
+            report.stale_masked += 1  # the restarted server's version-0 samples: masked, never trained on
         elif record.reward is None or not record.trainable:
             report.problems.append(f"{where}: completed but not trained: {[v.rule.value for v in record.verdicts]}")
         calls = outputs / record.rollout_id / "calls"
@@ -513,5 +517,6 @@ def run(quick: bool) -> dict[str, Any]:
             "notes": f"{len(FAULTS) + 1} steps, kill -9 of {', '.join(FAULTS)} mid-step ({restarts}); "
                      f"{report.gave_up} gave up on the proxy, {report.masked_infra} masked as "
                      f"infrastructure_error ({report.late_spans} spans "
-                     f"answered after their session closed: in the store only), the rest trained; resumed "
+                     f"answered after their session closed: in the store only), {report.stale_masked} masked as "
+                     f"policy_version_stale (the restarted policy's own weights), the rest trained; resumed "
                      f"from checkpoint 3; disk full: stopped naming the volume, nothing torn; {report.seconds:.0f} s"}
