@@ -236,8 +236,11 @@ class KubernetesBackend:
             state.changed.clear()
             grace = deleted_at is not None or ended_at is not None
             wake = min(deadline - now, EXIT_GRACE_S) if grace else deadline - now
+            # asyncio.timeout, not wait_for: on 3.11 wait_for loses a cancel that lands as the event is set
+            # (the rollout then ran on after its group was cancelled)
             try:
-                await asyncio.wait_for(state.changed.wait(), timeout=max(0.05, wake))
+                async with asyncio.timeout(max(0.05, wake)):
+                    await state.changed.wait()
             except TimeoutError:
                 pass
 
