@@ -52,11 +52,19 @@ trap 'stopped=1' INT TERM
 resume="make train CONFIG=$CONFIG RESUME=1${NAME:+ NAME=$NAME}"
 container="$project-train-$(tr -c 'a-zA-Z0-9_.-' '-' <<<"$name" | sed 's/-*$//')-$$"
 status=0
+since=$(date +%s)
+# The job says it was stopped (job.json, written by the trainer on Ctrl-C) during this run: compose v1
+# exits 1 on Ctrl-C, and bash drops the pending SIGINT (no trap) when its child exits normally.
+job_stopped() {
+  python3 -c 'import json, sys; job = json.load(open(sys.argv[1]))
+sys.exit(not (job.get("status") == "stopped" and (job.get("ended_at") or 0) >= int(sys.argv[2])))' \
+    "$state/jobs/$name/job.json" "$since" 2>/dev/null
+}
 $COMPOSE -p "$project" run --rm --name "$container" -e VERI_RESUME_COMMAND="$resume" trainer \
   veri train "$CONFIG" --name "$name" \
   --output /state/jobs --proxy-url http://proxy:8000 --policy-url "${VERI_POLICY_URLS:-http://policy:8001}" \
   --sandbox launcher --launcher-url http://launcher:8002 --image "$image" ${RESUME:+--resume} || status=$?
-if [ "$status" != 0 ] && { [ -n "$stopped" ] || [ "$status" = 130 ]; }; then
+if [ "$status" != 0 ] && { [ -n "$stopped" ] || [ "$status" = 130 ] || job_stopped; }; then
   # compose v2 sometimes returns without passing the signal on (a race in its signal proxy): the
   # trainer would train on in the background. Pass it on here (a second one is only a note to the
   # trainer), give it compose.yaml's stop_grace_period to remove its sandboxes, then remove it.
