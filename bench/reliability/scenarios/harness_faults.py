@@ -281,7 +281,7 @@ def run_step(*, docker_client: Any, model: Path, stack: FaultsStack, image: str,
         return report
     _check_archive(report, workdir / "jobs" / job_name, stack.output_root / job_name)
     report.escapes = _escapes(docker_client, job_name, stack.output_root / job_name)
-    report.server_errors = _proxy_5xx(stack.proxy_url, stack.token)
+    report.server_errors = proxy_5xx(stack.proxy_url, stack.token)
     if report.launcher_peak_rss_mb > 1024:
         report.problems.append(f"the launcher's RSS peaked at {report.launcher_peak_rss_mb:.0f} MB")
     return report
@@ -341,32 +341,42 @@ def _escapes(docker_client: Any, job_name: str, outputs: Path) -> int:
     return len(left) + len(list(outputs.glob("*/escaped-*")))
 
 
-def _proxy_5xx(proxy_url: str, token: str) -> int:
+def proxy_5xx(proxy_url: str, token: str, *, besides: tuple[str, ...] = ()) -> int:
+    """5xx the proxy answered since its start (its /metrics), not counting the statuses in `besides`."""
     reply = httpx.get(f"{proxy_url}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=10)
     reply.raise_for_status()
-    text = reply.text
     total = 0
-    for line in text.splitlines():
-        if line.startswith("veri_proxy_requests_total{") and 'status="5' in line:
+    for line in reply.text.splitlines():
+        if (line.startswith("veri_proxy_requests_total{") and 'status="5' in line
+                and not any(f'status="{status}"' in line for status in besides)):
             total += int(float(line.rsplit(" ", 1)[1]))
     return total
 
 
-def run(quick: bool) -> dict[str, Any]:
+def sandbox_preflight(row: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
+    """(a Docker client, None) when the tiny model, dockerd + runsc and the images are there; else
+    (None, the row failed with a note that says what to run)."""
     import docker
 
-    row: dict[str, Any] = {"scenario": NAME, "runs": 0, "outcome": "fail", "spans_lost": 0, "5xx": 0, "escapes": 0}
-    model = ROOT / "build" / "models" / "tiny"
-    if not (model / "config.json").is_file():
-        return {**row, "notes": "no tiny model: run `make tiny-model`"}
+    if not (ROOT / "build" / "models" / "tiny" / "config.json").is_file():
+        return None, {**row, "notes": "no tiny model: run `make tiny-model`"}
     try:
         client = docker.from_env(timeout=120)
         if "runsc" not in client.info().get("Runtimes", {}):
-            return {**row, "notes": "dockerd has no runsc runtime: run `make docker`"}
+            return None, {**row, "notes": "dockerd has no runsc runtime: run `make docker`"}
         client.images.get("veri/base")
         client.images.get(RUNTIME_IMAGE)
     except Exception as error:  # noqa: BLE001 - no daemon / no image: the row says what to run
-        return {**row, "notes": f"no sandbox ({type(error).__name__}: {error}): run `make docker images`"}
+        return None, {**row, "notes": f"no sandbox ({type(error).__name__}: {error}): run `make docker images`"}
+    return client, None
+
+
+def run(quick: bool) -> dict[str, Any]:
+    row: dict[str, Any] = {"scenario": NAME, "runs": 0, "outcome": "fail", "spans_lost": 0, "5xx": 0, "escapes": 0}
+    model = ROOT / "build" / "models" / "tiny"
+    client, refused = sandbox_preflight(row)
+    if refused is not None:
+        return refused
     with tempfile.TemporaryDirectory(prefix="veri-harness-faults-") as tmp:
         folder = Path(tmp)
         image = build_image(client, folder / "vendor")

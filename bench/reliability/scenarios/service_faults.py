@@ -334,7 +334,10 @@ def run_faults(*, docker_client: Any, stack: ServiceStack, model: Path, image: s
     check_archive(report, jobs / job_name, stack.output_root / job_name, control, per_step=2 * tasks)
     left = docker_client.containers.list(all=True, filters={"label": f"veri.job={job_name}"})
     report.escapes = len(left)
-    report.server_errors = _proxy_5xx(stack.proxy_url, stack.token)
+    from bench.reliability.scenarios.harness_faults import proxy_5xx
+
+    # the policy outage's 503s (the retryable PolicyUnavailable the harness waits out) are not failures
+    report.server_errors = proxy_5xx(stack.proxy_url, stack.token, besides=("503",))
     return report
 
 
@@ -408,18 +411,6 @@ def _whole_json(path: Path) -> bool:
     return True
 
 
-def _proxy_5xx(proxy_url: str, token: str) -> int:
-    """5xx answered since the proxy's last restart, other than the policy outage's 503s (the retryable
-    `PolicyUnavailable` the harness waits out while the policy server restarts)."""
-    reply = httpx.get(f"{proxy_url}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=10)
-    reply.raise_for_status()
-    total = 0
-    for line in reply.text.splitlines():
-        if line.startswith("veri_proxy_requests_total{") and 'status="5' in line and 'status="503"' not in line:
-            total += int(float(line.rsplit(" ", 1)[1]))
-    return total
-
-
 # --- disk full ------------------------------------------------------------------------------------------
 
 @contextlib.contextmanager
@@ -476,20 +467,13 @@ def _is_root() -> bool:
 
 
 def run(quick: bool) -> dict[str, Any]:
-    import docker
+    from bench.reliability.scenarios.harness_faults import sandbox_preflight
 
     row: dict[str, Any] = {"scenario": NAME, "runs": 0, "outcome": "fail", "spans_lost": 0, "5xx": 0, "escapes": 0}
     model = ROOT / "build" / "models" / "tiny"
-    if not (model / "config.json").is_file():
-        return {**row, "notes": "no tiny model: run `make tiny-model`"}
-    try:
-        client = docker.from_env(timeout=120)
-        if "runsc" not in client.info().get("Runtimes", {}):
-            return {**row, "notes": "dockerd has no runsc runtime: run `make docker`"}
-        client.images.get("veri/base")
-        client.images.get(RUNTIME_IMAGE)
-    except Exception as error:  # noqa: BLE001 - no daemon / no image: the row says what to run
-        return {**row, "notes": f"no sandbox ({type(error).__name__}: {error}): run `make docker images`"}
+    client, refused = sandbox_preflight(row)
+    if refused is not None:
+        return refused
     problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="veri-service-faults-") as tmp:
         folder = Path(tmp)
