@@ -112,18 +112,7 @@ def test_a_connection_closed_under_the_first_try_is_tried_once_more(reply_ids) -
         await writer.drain()
         writer.close()
 
-    async def call() -> PolicyCompletion:
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        client = PolicyClient(f"http://127.0.0.1:{port}", model=None, timeout_s=30)
-        await client.start()
-        try:
-            return await complete(client)
-        finally:
-            await client.aclose()
-            server.close()
-
-    assert asyncio.run(call()).token_ids == reply_ids
+    assert asyncio.run(complete_against(serve)).token_ids == reply_ids
     assert len(seen) == 2 and seen[0] == seen[1]  # the same body, twice
 
 
@@ -132,15 +121,17 @@ def test_a_policy_that_keeps_closing_is_unavailable() -> None:
         await reader.readuntil(b"\r\n\r\n")
         writer.close()
 
-    async def call() -> PolicyCompletion:
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        client = PolicyClient(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", model=None, timeout_s=30)
-        await client.start()
-        try:
-            return await complete(client)
-        finally:
-            await client.aclose()
-            server.close()
-
     with pytest.raises(PolicyUnavailable, match="unreachable"):
-        asyncio.run(call())
+        asyncio.run(complete_against(serve))
+
+
+async def complete_against(serve) -> PolicyCompletion:
+    """One call of a fresh PolicyClient to a raw asyncio server handling each connection with `serve`."""
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    client = PolicyClient(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", model=None, timeout_s=30)
+    await client.start()
+    try:
+        return await complete(client)
+    finally:
+        await client.aclose()
+        server.close()
