@@ -21,6 +21,9 @@ CLAUDE_AGENT = f"{PREFIX}/base-claude-agent"
 CODEX_AGENT = f"{PREFIX}/base-codex-agent"
 RUNTIME = f"{PREFIX}/runtime"
 LABEL = "org.veri.test"
+# This pytest session's value of LABEL: its teardown sweeps only its own containers, never those of a
+# test session or reliability run that shares the daemon.
+SESSION = f"session-{uuid.uuid4().hex[:12]}"
 
 
 def _required() -> bool:
@@ -59,7 +62,7 @@ def docker_client() -> Iterator[docker.DockerClient]:
         except docker.errors.ImageNotFound:
             unavailable(f"image {image} is missing; run `make images`")
     yield client
-    for container in client.containers.list(all=True, filters={"label": LABEL}):
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL}={SESSION}"}):
         container.remove(force=True)
     client.close()
 
@@ -80,7 +83,7 @@ def run_sandboxed(docker_client: docker.DockerClient) -> Callable[..., Result]:
         options = dict(runtime="runsc", user="harness", network_mode="none", pids_limit=4096)
         options.update(kwargs)
         container = docker_client.containers.run(
-            image, command, detach=True, labels={LABEL: "1"}, name=f"veri-test-{uuid.uuid4().hex[:10]}",
+            image, command, detach=True, labels={LABEL: SESSION}, name=f"veri-test-{uuid.uuid4().hex[:10]}",
             **options,
         )
         try:

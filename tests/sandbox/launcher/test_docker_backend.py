@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.sandbox.conftest import BASE, LABEL
+from tests.sandbox.conftest import BASE, LABEL, SESSION
 from veri.core.launch import GroupLaunch, RolloutLaunch, SandboxLimits
 from veri.launcher.group import run_group
 
@@ -137,7 +137,7 @@ def test_isolation_from_inside_a_sandbox(backend, harness_image, docker_client, 
     # A service on the rollouts network (where the proxy lives): the one thing a sandbox may reach.
     service = docker_client.containers.run(
         BASE, ["python3", "-m", "http.server", "8000"], detach=True, network=rollouts_network, runtime="runsc",
-        labels={LABEL: "1"}, name=f"veri-test-svc-{uuid.uuid4().hex[:8]}",
+        labels={LABEL: SESSION}, name=f"veri-test-svc-{uuid.uuid4().hex[:8]}",
     )
     listeners = _Listeners(3)
     try:
@@ -187,7 +187,7 @@ def test_leftovers_of_a_crashed_launcher_are_removed(backend, docker_client, lau
     def sleeper(owner: str):
         return docker_client.containers.run(
             BASE, ["sleep", "300"], detach=True, runtime="runsc", network_mode="none",
-            labels={LABEL: "1", "veri.sandbox": "1", "veri.launcher": owner, "veri.rollout_id": "old"},
+            labels={LABEL: SESSION, "veri.sandbox": "1", "veri.launcher": owner, "veri.rollout_id": "old"},
         )
 
     mine, other = sleeper(launcher_id), sleeper(f"{launcher_id}-other")

@@ -10,7 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from tests.sandbox.conftest import BASE, LABEL
+from tests.sandbox.conftest import BASE, LABEL, SESSION
 from tests.servers import start_server
 from veri.core.launch import GroupLaunch, RolloutLaunch
 from veri.launcher.client import LauncherClient
@@ -20,7 +20,7 @@ def test_service_removes_leftovers_then_runs_groups(docker_client, rollouts_netw
     launcher_id = f"test-svc-{uuid.uuid4().hex[:8]}"
     leftover = docker_client.containers.run(
         BASE, ["sleep", "300"], detach=True, runtime="runsc", network_mode="none",
-        labels={LABEL: "1", "veri.sandbox": "1", "veri.launcher": launcher_id},
+        labels={LABEL: SESSION, "veri.sandbox": "1", "veri.launcher": launcher_id},
     )
     try:
         with start_server(["serve", "launcher", "--network", rollouts_network, "--launcher-id", launcher_id,
