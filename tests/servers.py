@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -49,7 +50,8 @@ def start_server(
     cmd = [sys.executable, "-m", "veri.cli", *args, "--host", "127.0.0.1", "--port", str(port)]
     with open(log_path, "w") as log:
         process = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, start_new_session=True
+            cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
     server = RunningServer(url=f"http://127.0.0.1:{port}", port=port, process=process, log_path=log_path)
     try:
@@ -57,6 +59,15 @@ def start_server(
         yield server
     finally:
         stop_server(server)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: when pytest itself is killed (a `timeout` on CI, kill -9), the
+    kernel sends the server SIGTERM, so no orphaned `veri serve` keeps its port and CPU."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def stop_server(server: RunningServer) -> None:
