@@ -6,8 +6,10 @@
 #   (CI=true  OR  VERI_INSTALL_DOCKER=1  OR  no systemd is running — a disposable VM/container
 #    such as CI or a dev box, where nothing else owns dockerd).
 # Everywhere else (a workstation or server with systemd) it only checks and says what to run.
-# Without systemd it also registers runsc in /etc/docker/daemon.json (merging) and starts dockerd
-# itself, logging to $DOCKERD_LOG.
+# It registers runsc and sets "live-restore": true in /etc/docker/daemon.json (merging; dockerd reloads
+# both on SIGHUP, so a changed file costs no restart) and, without systemd, starts dockerd itself,
+# logging to $DOCKERD_LOG. live-restore: containers (the stack's services, running sandboxes) keep
+# running while dockerd is stopped or restarted, and dockerd takes them back when it starts again.
 # runsc must be gVisor >= $RUNSC_MIN: older ones (bookworm's own 20221219) fail statx() with
 # AT_NO_AUTOMOUNT, so `ls`, `stat`, `cp -a` ... fail inside every sandbox. On bookworm it comes
 # from bookworm-backports (same mirror as the host's; apt pins backports low, nothing else moves).
@@ -71,7 +73,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-# Register runsc (merge: other keys and runtimes are kept).
+# Register runsc and live-restore (merge: other keys and runtimes are kept).
 runsc_path=$(command -v runsc)
 want=$(python3 - "$DAEMON_JSON" "$runsc_path" <<'PY'
 import json, os, sys
@@ -89,7 +91,8 @@ args = list(entry.get("runtimeArgs") or [])
 if "--network=host" not in args and not any(a.startswith("--network=") for a in args):
     args.append("--network=host")
 new = dict(entry, path=entry.get("path") or runsc, runtimeArgs=args)
-print("same" if new == runtimes.get("runsc") else json.dumps(dict(cfg, runtimes=dict(runtimes, runsc=new)), indent=2))
+want = dict(cfg, runtimes=dict(runtimes, runsc=new), **{"live-restore": True})
+print("same" if want == cfg else json.dumps(want, indent=2))
 PY
 )
 changed=0
@@ -97,10 +100,10 @@ if [ "$want" != same ]; then
   if is_root; then
     mkdir -p "$(dirname "$DAEMON_JSON")"
     printf '%s\n' "$want" >"$DAEMON_JSON.tmp" && mv "$DAEMON_JSON.tmp" "$DAEMON_JSON"
-    say "registered runsc in $DAEMON_JSON"
+    say "registered runsc and live-restore in $DAEMON_JSON"
     changed=1
   else
-    die "runsc is not registered in $DAEMON_JSON. Add this (merged with what is there) as root:
+    die "runsc or live-restore is not set in $DAEMON_JSON. Add this (merged with what is there) as root:
 $want
   then: sudo systemctl reload docker"
   fi
@@ -110,9 +113,9 @@ answers() { timeout 10 docker info >/dev/null 2>&1; }
 
 if answers; then
   if [ $changed = 1 ]; then
-    # dockerd reloads its runtimes on SIGHUP.
+    # dockerd reloads its runtimes and live-restore on SIGHUP: nothing running is disturbed.
     if has_systemd; then systemctl reload docker || kill -HUP "$(pidof dockerd)"; else kill -HUP "$(pidof dockerd)"; fi
-    sleep 1
+    for _ in $(seq 1 20); do [ "$(docker info --format '{{.LiveRestoreEnabled}}')" = true ] && break; sleep 0.5; done
   fi
 else
   if has_systemd; then
@@ -139,4 +142,6 @@ fi
 
 docker info --format '{{json .Runtimes}}' | grep -q '"runsc"' \
   || die "dockerd does not list the runsc runtime; restart dockerd (see $DAEMON_JSON)"
+[ "$(docker info --format '{{.LiveRestoreEnabled}}')" = true ] \
+  || die "dockerd runs without live-restore (stopping it would stop every container); restart dockerd (see $DAEMON_JSON)"
 say "ready: $(docker version --format 'docker {{.Server.Version}}'), runtimes: $(docker info --format '{{range $k, $v := .Runtimes}}{{$k}} {{end}}')"
