@@ -8,8 +8,12 @@ the scheduler, the node), objects created -> pod Running, the group's wall time,
 behind once the deletes have landed (must be 0). Everything (control plane, nodes, bench) shares
 this machine's cores: the figures are the control plane's on this box, not a cluster's.
 
+`--kubelet`: the real-kubelet tier instead, launch -> entrypoint of the kubernetes backend vs the docker
+backend in the same run (bench/k8s_kubelet_launch.py; --rollouts defaults to 16 there).
+
     make k8s    # the binaries, once (build/k8s/bin)
     .venv/bin/python bench/k8s_launch.py [--rollouts 256] [--nodes 2] [--create-per-second 50]
+    .venv/bin/python bench/k8s_launch.py --kubelet [--rollouts 16] [--warmup 1]
 """
 
 from __future__ import annotations
@@ -64,12 +68,20 @@ def left_behind(backend: KubernetesBackend) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rollouts", type=int, default=256)
+    parser.add_argument("--rollouts", type=int, default=None, help="default 256; 16 with --kubelet")
     parser.add_argument("--nodes", type=int, default=2, help="simulated nodes (64 CPUs, 500 pods each)")
     parser.add_argument("--run-seconds", type=float, default=1.0, help="each simulated harness's run")
     parser.add_argument("--create-per-second", type=float, default=50.0)
     parser.add_argument("--create-burst", type=int, default=50)
+    parser.add_argument("--kubelet", action="store_true",
+                        help="the real-kubelet tier: launch -> entrypoint vs the docker backend")
+    parser.add_argument("--warmup", type=int, default=1, help="--kubelet: uncounted rollouts per backend first")
     args = parser.parse_args()
+    if args.kubelet:
+        from bench.k8s_kubelet_launch import run as kubelet_vs_docker
+
+        return kubelet_vs_docker(args.rollouts or 16, args.warmup, network="veri-bench-rollouts")
+    args.rollouts = args.rollouts or 256
 
     wait_for_build(30 * 60)
     plane = ControlPlane()

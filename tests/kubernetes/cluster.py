@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -34,6 +34,7 @@ K8S_BUILD = REPO / "build" / "k8s"
 K8S_BIN = K8S_BUILD / "bin"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 SIM_NODE = "sim-node-0"
+RUNTIME_CLASS = "gvisor"  # what a cluster for veri must have (README): handled by runsc on the nodes
 # Alpha in 1.20: Job ttlSecondsAfterFinished (the launcher may use it as a backstop for cleanup).
 FEATURE_GATES = "TTLAfterFinished=true"
 
@@ -92,6 +93,18 @@ def wait_for_build(timeout: float) -> None:
         raise BuildUnavailable(
             f"{', '.join(missing)} not in {K8S_BIN} (run `make k8s`); build/k8s/build.log ends:\n" + build_log_tail()
         )
+
+
+def wait_for(what: str, check, timeout: float = 30.0, every: float = 0.2):  # type: ignore[no-untyped-def]
+    """Poll `check()` until it returns something truthy; that value is returned."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not after {timeout:.0f} s")
+        time.sleep(every)
 
 
 def free_port() -> int:
@@ -406,3 +419,78 @@ class KubeletNode:
         if self.lock is not None:
             self.lock.close()  # releases the host lock
             self.lock = None
+
+
+def create_runtime_class(cluster: KubeCluster) -> None:
+    """The `gvisor` RuntimeClass, handler runsc."""
+    from kubernetes import client
+
+    client.NodeV1Api(cluster.api_client()).create_runtime_class(
+        {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": RUNTIME_CLASS},
+         "handler": "runsc"})
+
+
+def wait_node_ready(plane: ControlPlane, cluster: KubeCluster, node: str, timeout: float) -> None:
+    from kubernetes import client
+
+    core = client.CoreV1Api(cluster.api_client())
+
+    def node_ready() -> bool:
+        plane.check_alive()
+        nodes = core.list_node(field_selector=f"metadata.name={node}").items
+        conditions = nodes[0].status.conditions or [] if nodes else []
+        return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+    wait_for(f"node {node} Ready", node_ready, timeout=timeout, every=0.5)
+
+
+@contextlib.contextmanager
+def kubelet_cluster() -> Iterator[KubeCluster]:
+    """Its own control plane + our kubelet on the host's Docker (KUBELET_NODE), RuntimeClass `gvisor` -> runsc.
+
+    Raises KubeletUnavailable where the host cannot run it; on the way out the kubelet's pods are
+    stopped, then every process, container, mount and log entry of the tier is removed.
+    """
+    from kubernetes import client
+
+    KubeletNode.check_host()
+    plane = ControlPlane()
+    cluster = plane.start()
+    kubelet = KubeletNode(plane)
+    try:
+        kubelet.start()
+        wait_node_ready(plane, cluster, KUBELET_NODE, timeout=180)
+        create_runtime_class(cluster)
+        cluster.nodes = [KUBELET_NODE]
+        yield cluster
+        # Let the kubelet stop what it runs (the namespaces' deletion may still be under way).
+        core = client.CoreV1Api(cluster.api_client())
+        for pod in core.list_pod_for_all_namespaces().items:
+            core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+        with contextlib.suppress(TimeoutError):
+            wait_for("the kubelet's pods gone", lambda: not core.list_pod_for_all_namespaces().items, timeout=30)
+    finally:
+        plane.stop_processes()
+        kubelet.stop()
+        plane.stop()
+
+
+@contextlib.contextmanager
+def fresh_namespace(cluster: KubeCluster) -> Iterator[str]:
+    """A new namespace (its default service account and token ready), deleted on the way out."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(cluster.api_client())
+    name = f"t-{secrets.token_hex(4)}"
+    core.create_namespace({"metadata": {"name": name}})
+
+    def token_ready() -> bool:
+        accounts = core.list_namespaced_service_account(name, field_selector="metadata.name=default").items
+        return bool(accounts and accounts[0].secrets)
+
+    try:
+        # Pods are refused until the service-account and token controllers have filled the namespace.
+        wait_for(f"namespace {name}'s default service account token", token_ready, timeout=120)
+        yield name
+    finally:
+        core.delete_namespace(name)
