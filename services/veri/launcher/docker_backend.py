@@ -22,6 +22,14 @@ Cancellation (the trainer stopped, or its launcher request went away): wherever 
 cancelled, its sandbox is removed before the cancellation goes on, even one that docker was still
 creating in a pool thread when the cancel landed (`_create_or_discard`).
 
+dockerd stopped or restarting (live-restore, `make docker`, keeps the sandboxes running meanwhile): a
+docker call that cannot reach it is tried again with backoff for up to `dockerd_grace_s` (the waits on
+running sandboxes reconnect the same way, and read the exit code of one that ended meanwhile); past that
+the rollout ends `failed` with an `infrastructure_error` saying so (masked, never scored). A create
+whose answer was lost is not repeated blind: the rollout's earlier attempt, if docker made it, is
+removed first. The names a sandbox calls are pinned in its /etc/hosts (docker_hosts.py): docker's DNS
+is down with dockerd.
+
 Threads: every Docker SDK call blocks, so it runs in this backend's own thread pool (one long `wait` per
 running sandbox plus short calls), sized from `max_sandboxes`, the cap on sandboxes alive at once.
 """
@@ -47,13 +55,16 @@ import docker
 import structlog
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import LogConfig, Mount, Ulimit
+from requests.exceptions import ChunkedEncodingError
+from requests.exceptions import ConnectionError as RequestsConnectionError
 
 from veri.core import egress, envs
 from veri.core.episodes import RolloutStatus
 from veri.core.harness import BUNDLE_MOUNT, OUTPUT_MOUNT
 from veri.core.launch import LaunchResult, RolloutLaunch, SandboxLimits
 from veri.launcher.docker_egress import DockerEgress
-from veri.launcher.errors import EgressProblem, ImageProblem, SandboxUnavailable
+from veri.launcher.docker_hosts import PinnedHosts
+from veri.launcher.errors import DockerdAway, EgressProblem, ImageProblem, SandboxUnavailable
 from veri.launcher.outputs import enforce_output_cap
 from veri.launcher.tails import Tail
 
@@ -66,6 +77,10 @@ LOGS_MOUNT = "/veri/logs"
 LOG_CEILING_BYTES = 2 << 30  # stdout + stderr on disk while running; past it the sandbox is killed
 GUARD_INTERVAL_S = 0.5
 MAX_STARTING = 8  # sandboxes being created or started at once (per event loop)
+DOCKERD_GRACE_S = 120.0  # how long one docker call waits out a dockerd that does not answer
+RETRY_FIRST_S, RETRY_MAX_S = 0.5, 5.0  # backoff between its tries
+# dockerd not there (refused, no socket) or gone mid-answer (a long `wait` cut by its stop)
+NO_ANSWER = (RequestsConnectionError, ChunkedEncodingError)
 MAX_OUTPUT_ENTRIES = 100_000
 LABEL_SANDBOX = "veri.sandbox"
 LABEL_LAUNCHER = "veri.launcher"
@@ -120,15 +135,20 @@ class DockerBackend:
         launcher_id: str = "default",
         max_sandboxes: int = 64,
         host_paths: dict[str, str] | None = None,
+        dockerd_grace_s: float = DOCKERD_GRACE_S,
     ) -> None:
         """`network`: the rollouts network (default $VERI_ROLLOUTS_NETWORK, else veri-rollouts).
         `launcher_id` labels this launcher's sandboxes: `remove_leftovers` removes only those.
         `host_paths` maps folders as this process sees them to the host's (bind mounts name host
-        paths); inside a container it is read from this container's own mounts when not given."""
+        paths); inside a container it is read from this container's own mounts when not given.
+        `dockerd_grace_s`: how long a docker call retries a dockerd that does not answer."""
         network = network or os.environ.get(envs.VERI_ROLLOUTS_NETWORK) or DEFAULT_NETWORK
         self.network = network
         self.launcher_id = launcher_id
         self.max_sandboxes = max_sandboxes
+        self.dockerd_grace_s = dockerd_grace_s
+        self._away_since: float | None = None  # dockerd stopped answering then (for one log line each way)
+        self._unremoved: list[Any] = []  # sandboxes whose removal gave up on dockerd: removed on the next run
         self._pool = ThreadPoolExecutor(max_workers=2 * max_sandboxes + 8, thread_name_prefix="veri-docker")
         self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary())
@@ -171,6 +191,7 @@ class DockerBackend:
         self.host_paths = {Path(k): Path(v) for k, v in mounts.items()}
         self._images: dict[str, ImageSpec] = {}
         self.egress = DockerEgress(self.client, network, launcher_id)
+        self.hosts = PinnedHosts(self.client)
         # dockerd 20.10 sometimes leaves a network's endpoint count off when its containers are removed
         # concurrently (the network then cannot be removed until dockerd restarts); removing them one
         # at a time makes that much rarer (measured: 1 in 6 bursts of 64 instead of 1 in 2).
@@ -190,7 +211,7 @@ class DockerBackend:
                 raise
             except ImageNotFound:
                 error = _missing_image(launch.image)
-            except (ImageProblem, EgressProblem) as exc:
+            except (ImageProblem, EgressProblem, DockerdAway) as exc:
                 error = str(exc)
             except (DockerException, OSError) as exc:
                 log.error("sandbox failed", rollout_id=launch.rollout_id, error=f"{type(exc).__name__}: {exc}")
@@ -200,11 +221,11 @@ class DockerBackend:
                             started_at=started, duration_s=time.time() - started)
 
     async def remove_leftovers(self) -> int:
-        await self._call(self.egress.remove_leftover_gateway)
-        containers = await self._call(self.client.containers.list, all=True,
-                                      filters={"label": f"{LABEL_LAUNCHER}={self.launcher_id}"})
+        await self._docker(self.egress.remove_leftover_gateway)
+        containers = await self._docker(self.client.containers.list, all=True,
+                                        filters={"label": f"{LABEL_LAUNCHER}={self.launcher_id}"})
         for container in containers:
-            await self._call(self._remove, container)
+            await self._docker(self._remove, container)
         if containers:
             log.info("removed leftover sandboxes", count=len(containers), launcher=self.launcher_id)
         return len(containers)
@@ -218,7 +239,10 @@ class DockerBackend:
 
     async def _run(self, launch: RolloutLaunch, output_dir: Path, started: float) -> LaunchResult:
         limits = launch.limits
-        spec = await self._call(self._image_spec, launch.image)
+        while self._unremoved:
+            await self._docker(self._remove, self._unremoved[-1])
+            self._unremoved.pop()
+        spec = await self._docker(self._image_spec, launch.image)
         logs_dir = _logs_dir(output_dir)
         await self._call(_prepare_dirs, output_dir, logs_dir)
         starting = self._starting.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(MAX_STARTING))
@@ -231,9 +255,9 @@ class DockerBackend:
         waiting: asyncio.Future | None = None
         try:
             async with starting:
-                await self._call(container.start)
+                await self._docker(container.start)
             loop = asyncio.get_running_loop()
-            wait = functools.partial(container.wait, timeout=launch.timeout_s + 600)
+            wait = functools.partial(self._wait_exit, container, launch.timeout_s + 600)
             waiting = loop.run_in_executor(self._pool, wait)
             guard = asyncio.ensure_future(self._guard(output_dir, logs_dir, limits))
             done, _ = await asyncio.wait({waiting, guard}, timeout=launch.timeout_s,
@@ -242,7 +266,7 @@ class DockerBackend:
                 exit_code = int((await waiting)["StatusCode"])
                 status = RolloutStatus.COMPLETED if exit_code == 0 else RolloutStatus.FAILED
             else:
-                await self._call(self._kill, container)
+                await self._docker(self._kill, container)
                 await waiting
                 if guard in done:
                     status, guarded = RolloutStatus.FAILED, True
@@ -251,7 +275,7 @@ class DockerBackend:
                     status = RolloutStatus.TRUNCATED
                     notes.append(f"[veri] still running after timeout_s={launch.timeout_s:g}: the sandbox was killed")
             if status is RolloutStatus.FAILED and exit_code is not None:
-                state = (await self._call(self._state, container)) or {}
+                state = (await self._docker(self._state, container)) or {}
                 if state.get("OOMKilled") or exit_code == 137:
                     notes.append(f"[veri] exit {exit_code}: killed — most likely the memory limit "
                                  f"({limits.memory_mb} MB, SandboxLimits.memory_mb)")
@@ -260,7 +284,11 @@ class DockerBackend:
                 guard.cancel()
             if waiting is not None and not waiting.done():
                 waiting.add_done_callback(_ignore_outcome)  # ends once the container is gone
-            await asyncio.shield(self._call(self._remove, container))
+            try:
+                await asyncio.shield(self._docker(self._remove, container))
+            except DockerdAway:
+                self._unremoved.append(container)
+                raise
         stdout, stderr = await self._call(_read_tails, logs_dir, limits.log_tail_bytes)
         await self._call(shutil.rmtree, logs_dir, True)
         ceiling = _output_ceiling(limits)
@@ -288,12 +316,18 @@ class DockerBackend:
     async def _create_or_discard(self, launch: RolloutLaunch, spec: ImageSpec, output_dir: Path,
                                  logs_dir: Path) -> Any:
         """`_create` in the pool. A pool thread cannot be stopped: when this task is cancelled while
-        docker creates the container, whichever side comes second (this task or the thread) removes it."""
+        docker creates the container, whichever side comes second (this task or the thread) removes it.
+        Tried again while dockerd does not answer: an earlier try docker may have made is removed first."""
         handover = threading.Lock()
         made: list[Any] = []
         abandoned = False
+        tries = 0
 
         def create() -> Any:
+            nonlocal tries
+            tries += 1
+            if tries > 1:
+                self._remove_rollout(launch.rollout_id)
             container = self._create(launch, spec, output_dir, logs_dir)
             with handover:
                 keep = not abandoned
@@ -304,7 +338,7 @@ class DockerBackend:
             return container
 
         try:
-            return await self._call(create)
+            return await self._docker(create)
         except asyncio.CancelledError:
             with handover:
                 abandoned = True
@@ -335,6 +369,7 @@ class DockerBackend:
         labels.update({LABEL_SANDBOX: "1", LABEL_LAUNCHER: self.launcher_id, LABEL_ROLLOUT: launch.rollout_id})
         network, egress_env = self.egress.sandbox(spec.egress, launch.env)
         env = {**launch.env, **egress_env, envs.VERI_OUTPUT_DIR: OUTPUT_MOUNT}
+        pinned = self.hosts.for_sandbox(network, env)
         return self.client.containers.create(
             launch.image,
             command=["/bin/sh", "-c", STDIO_WRAPPER, "veri-harness", *spec.command],
@@ -344,6 +379,7 @@ class DockerBackend:
             working_dir=BUNDLE_MOUNT,
             runtime=self.runtime,
             network_mode=network,
+            extra_hosts=pinned or None,
             read_only=True,
             tmpfs=tmpfs,
             mounts=[Mount(OUTPUT_MOUNT, self._host_path(output_dir), type="bind"),
@@ -365,6 +401,58 @@ class DockerBackend:
 
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+
+    async def _docker(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """`_call` for a docker call: while dockerd does not answer, tried again with backoff for up to
+        `dockerd_grace_s`, then DockerdAway."""
+        first_miss: float | None = None
+        delay = RETRY_FIRST_S
+        while True:
+            try:
+                answer = await self._call(fn, *args, **kwargs)
+            except NO_ANSWER as exc:
+                first_miss = self._missed(first_miss, exc)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, RETRY_MAX_S)
+                continue
+            self._answered()
+            return answer
+
+    def _wait_exit(self, container: Any, timeout: float) -> dict[str, Any]:
+        """`container.wait` (blocking), reconnecting while dockerd is away: a sandbox that ended
+        meanwhile is answered with its exit code once dockerd has taken it back."""
+        first_miss: float | None = None
+        delay = RETRY_FIRST_S
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                answer: dict[str, Any] = container.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except NO_ANSWER as exc:
+                first_miss = self._missed(first_miss, exc)
+                time.sleep(delay)
+                delay = min(2 * delay, RETRY_MAX_S)
+                continue
+            self._answered()
+            return answer
+
+    def _missed(self, first_miss: float | None, exc: Exception) -> float:
+        """One call found dockerd not answering: when it first did (DockerdAway past the grace)."""
+        now = time.monotonic()
+        first_miss = now if first_miss is None else first_miss
+        if self._away_since is None:
+            self._away_since = now
+            log.warning("dockerd.not_answering", retry_for_s=self.dockerd_grace_s,
+                        error=f"{type(exc).__name__}: {str(exc)[:200]}")
+        if now - first_miss >= self.dockerd_grace_s:
+            raise DockerdAway(
+                f"dockerd did not answer for {self.dockerd_grace_s:g} s (stopped or restarting): the rollout "
+                "ended as an infrastructure failure, not scored; `make docker` starts dockerd") from exc
+        return first_miss
+
+    def _answered(self) -> None:
+        away_since, self._away_since = self._away_since, None
+        if away_since is not None:
+            log.info("dockerd.answering_again", away_s=round(time.monotonic() - away_since, 1))
 
     def _image_spec(self, image: str) -> ImageSpec:
         cached = self._images.get(image)
@@ -401,6 +489,12 @@ class DockerBackend:
             return container.attrs.get("State")
         except NotFound:
             return None
+
+    def _remove_rollout(self, rollout_id: str) -> None:
+        """Every container of this launcher for `rollout_id` (an earlier create whose answer was lost)."""
+        labels = [f"{LABEL_LAUNCHER}={self.launcher_id}", f"{LABEL_ROLLOUT}={rollout_id}"]
+        for container in self.client.containers.list(all=True, filters={"label": labels}):
+            self._remove(container)
 
     def _remove(self, container: Any) -> None:
         try:

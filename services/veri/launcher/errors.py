@@ -4,8 +4,10 @@
     ├── SandboxUnavailable      sandboxes cannot run here: no Docker daemon, no runsc (gVisor),
     │                           no rollouts network; `veri serve launcher` refuses to start
     ├── ImageProblem            one rollout's image is missing or has no CMD; that rollout fails
-    └── EgressProblem           a bundle's egress cannot be set up (its network missing, the gateway
-                                not starting); that rollout fails
+    ├── EgressProblem           a bundle's egress cannot be set up (its network missing, the gateway
+    │                           not starting); that rollout fails
+    └── DockerdAway             dockerd did not answer for longer than the backend waits it out;
+                                that rollout fails (an infrastructure failure, never scored)
 
 `veri serve launcher` (launcher/cli.py) catches `LauncherError` once and prints
 `veri serve launcher: <message>`, exit status 1; the trainer's in-process sandboxes report it the same
@@ -29,3 +31,7 @@ class ImageProblem(LauncherError):
 
 class EgressProblem(LauncherError):
     """A rollout's egress cannot be enforced here (docker backend); the message names the fix."""
+
+
+class DockerdAway(LauncherError):
+    """dockerd stayed unreachable past the docker backend's grace; the message says how long."""

@@ -91,5 +91,13 @@ elif kind == "probe":
     (out / "probe.json").write_text(json.dumps(result))
 elif kind == "timestamp":
     pass
+elif kind == "resolve":  # the model server's address as this sandbox resolves it, after a while
+    from urllib.parse import urlsplit
+
+    time.sleep(task.get("sleep_s", 0))
+    host = urlsplit(os.environ["OPENAI_BASE_URL"]).hostname
+    (out / "resolved.txt").write_text(socket.gethostbyname(host))
+    (out / "hosts.txt").write_text(pathlib.Path("/etc/hosts").read_text())
+    sys.exit(task.get("code", 0))
 else:
     sys.exit(f"unknown fault {kind}")
