@@ -11,6 +11,10 @@
 # fetched as $VENDOR_URL/NAME/...; the build then uses the host's network, still offline) instead
 # of being sent in the context — no image-store copy of the wheels. Their contents are inputs.
 # A rebuilt TAG's previous image is removed, so rebuilds do not pile up on the disk.
+# The digest depends only on what goes into the image, never on where or how the tree was checked
+# out: names, contents and git's idea of a mode (644 or 755: a git archive's 664, the umask's 600 and
+# hard links all read the same), so `make load`'s tree finds the bundle's images up to date.
+# DIGESTS_TO=FILE: append "TAG DIGEST" to FILE and build nothing (tests/sandbox/test_image_digest.py).
 set -euo pipefail
 here=$(dirname "$0")
 TAG=$1 DOCKERFILE=$2; shift 2
@@ -43,20 +47,26 @@ elif [ -n "${EXTRA_CA:-}" ]; then
     "'COPY veri-extra-ca.pem /usr/local/share/ca-certificates/' and 'RUN veri-add-extra-ca' (base-images/README.md)" >&2
   exit 2
 fi
-ctx() { tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
+# The one tar of both the digest and the build: normalized as git would (modes, no hard links), and
+# without the caches and installs .gitignore ignores in any folder (git archive, so the bundle, never
+# has them).
+normalized=(--sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --mode=u=rwX,go=rX --hard-dereference)
+ctx() { tar "${normalized[@]}" --exclude=node_modules --exclude=.venv \
   --exclude=__pycache__ --exclude='*.pyc' --exclude='*.egg-info' --exclude='.inputs' --exclude=.ruff_cache \
   --exclude=.mypy_cache --exclude=.pytest_cache -c "${paths[@]}" "${ca_in[@]}"; }
 args=()
 while IFS= read -r kv; do [ -z "$kv" ] || args+=(--build-arg "$kv"); done <<<"${BUILD_ARGS:-}"
 parent_ids=$(for p in ${PARENTS:-}; do docker image inspect -f '{{.Id}}' "$p" 2>/dev/null || true; done)
-served() { for kv in "${serve[@]}"; do echo "${kv%%=*}"; tar --sort=name --mtime=@0 --owner=0 --group=0 \
-  --numeric-owner --exclude='.inputs' -C "${kv#*=}" -c . | sha256sum; done; }
+# Served folders: what make bundle carries of them (no logs, no half-written *.tmp.*: bundle.sh).
+served() { for kv in "${serve[@]}"; do echo "${kv%%=*}"; tar "${normalized[@]}" --exclude='.inputs' \
+  --exclude='*.log' --exclude='*.tmp.*' -C "${kv#*=}" -c . | sha256sum; done; }
 build_args=${BUILD_ARGS:-}
 prefix=${IMAGE_PREFIX:-veri}
 [ "$prefix" = veri ] || build_args=$(sed "s#=$prefix/#=veri/#" <<<"$build_args")
 # (the empty line stands where the CA's text was: it is in the context now)
 digest=$( { ctx | sha256sum; served; printf '%s\n' "$build_args" "" "$parent_ids" "$NETWORK"; } \
   | sha256sum | cut -c1-32)
+if [ -n "${DIGESTS_TO:-}" ]; then echo "$TAG $digest" >>"$DIGESTS_TO"; exit 0; fi
 if [ "$(docker image inspect -f '{{index .Config.Labels "org.veri.inputs"}}' "$TAG" 2>/dev/null)" = "$digest" ]; then
   echo "build-image: $TAG is up to date"; exit 0
 fi

@@ -23,6 +23,8 @@ VLLM_VERSION=$VLLM_VERSION" SERVE="wheels=$VENDOR/wheels/vllm-cpu debs=$VENDOR/d
 EXTRA_CA="" PARENTS="$PREFIX/vllm-cpu-deps" BUILD_ARGS="DEPS_IMAGE=$PREFIX/vllm-cpu-deps" \
   "$here/build-image.sh" "$PREFIX/vllm-cpu" services/vllm-cpu.Dockerfile pyproject.toml services
 
+[ -z "${DIGESTS_TO:-}" ] || exit 0  # the digests only (build-image.sh)
+
 # The trainer's name for the same image (no second copy). Images the tags no longer name go, unless
 # a container still uses them.
 now=$(docker image inspect -f '{{.Id}}' "$PREFIX/vllm-cpu")

@@ -18,7 +18,9 @@ else
   [ -s "$VENDOR/os/rootfs.tar" ] || { echo "os-base: no $VENDOR/os/rootfs.tar: run make vendor-os (online) first" >&2; exit 1; }
   digest=$( { cat "$VENDOR/os/.inputs"; tar -xOf "$VENDOR/os/rootfs.tar" ./var/lib/dpkg/status \
     ./etc/apt/sources.list 2>/dev/null || true; } | sha256sum | cut -c1-32)
-  if [ "$(docker image inspect -f '{{index .Config.Labels "org.veri.inputs"}}' "$os" 2>/dev/null)" != "$digest" ]; then
+  if [ -n "${DIGESTS_TO:-}" ]; then
+    echo "$os $digest" >>"$DIGESTS_TO"  # build-image.sh's dry run: nothing imported
+  elif [ "$(docker image inspect -f '{{index .Config.Labels "org.veri.inputs"}}' "$os" 2>/dev/null)" != "$digest" ]; then
     start=$SECONDS
     docker import --change "LABEL org.veri.inputs=$digest" --change 'ENV LANG=C.UTF-8' \
       --change 'CMD ["/bin/bash"]' "$VENDOR/os/rootfs.tar" "$os" >/dev/null
