@@ -81,6 +81,10 @@ class Side:
     runs: list[Launched] = field(default_factory=list)
     left_behind: int = -1
     awaiting_gc: int = 0  # exited kubelet containers of deleted pods (its GC's business)
+    # kubernetes only, from the backend's own records: launch -> Secret + Job created, -> pod Running
+    # as the watch saw it (the kubelet reports Running once the container has started).
+    to_created: list[float] = field(default_factory=list)
+    to_running: list[float] = field(default_factory=list)
 
     def failures(self) -> list[Launched]:
         return [r for r in self.runs if r.status != "completed" or r.entered is None]
@@ -163,6 +167,10 @@ def compare(cluster: KubeCluster, namespace: str, image: str, *, rollouts: int, 
     try:
         runs = asyncio.run(_interleaved([k8s, dock], image, rollouts, warmup, output_root))
         kube_side.runs, docker_side.runs = runs[k8s.name], runs[dock.name]
+        counted = len(kube_side.runs)  # one at a time: the backend's records are in run order, warm-up first
+        created = list(k8s.created_at)[-counted:]
+        kube_side.to_created = [c - r.launched for c, r in zip(created, kube_side.runs, strict=False)]
+        kube_side.to_running = list(k8s.launch_to_running)[-counted:]
         try:
             wait_for("the kubernetes rollouts' objects deleted",
                      lambda: _kubernetes_left(k8s, client)[0] == 0, timeout=DELETES_LAND_S, every=0.5)
@@ -194,6 +202,9 @@ def report(kube: Side, dock: Side) -> str:
                      f"{statistics.median(entry) if entry else float('nan'):>11.2f} {_p(entry, 0.95):>11.2f} "
                      f"{statistics.median(result) if result else float('nan'):>12.2f} "
                      f"{side.left_behind:>4}")
+    if kube.to_created and kube.to_running:
+        lines.append(f"kubernetes p50: launch->Secret+Job created {statistics.median(kube.to_created):.2f} s, "
+                     f"launch->pod Running (watch) {statistics.median(kube.to_running):.2f} s")
     k_entry, d_entry = kube.to_entry(), dock.to_entry()
     if k_entry and d_entry:
         entry_ratio = statistics.median(k_entry) / statistics.median(d_entry)
