@@ -1,7 +1,8 @@
-"""Issue 10's service faults, CI-sized: one `veri train` job of 5 steps (2 rollouts each) through the
+"""Issue 10's service faults, CI-sized: one `veri train` job of 6 steps (2 rollouts each) through the
 launcher service (docker backend, runsc) and a capture proxy container with a restart policy, where
-step 0 loses the proxy, step 1 the launcher, step 2 the policy server and step 3 the trainer itself,
-each to a kill -9 mid-step; then a job whose archive volume fills up. The checks and the full-size run
+step 0 loses the proxy, step 1 the launcher, step 2 the policy server and step 4 the trainer itself,
+each to a kill -9 mid-step, and step 3 dockerd (stopped ~8 s, live-restore; needs root); then a job
+whose archive volume fills up. The checks and the full-size run
 are bench/reliability/scenarios/service_faults.py (`make reliability ONLY=service_faults`)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.reliability.scenarios.dockerd_outage import PROBE_EXIT, unstoppable
 from bench.reliability.scenarios.service_faults import (
     FaultReport,
     build_image,
@@ -21,7 +23,7 @@ from bench.reliability.scenarios.service_faults import (
     small_volume,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # a 5-step job with 4 restarts, then a second job
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # a 6-step job with 5 restarts, then a second job
 
 
 @pytest.fixture(scope="module")
@@ -37,12 +39,23 @@ def faults_stack(docker_client, tiny_model: Path, tmp_path_factory: pytest.TempP
 
 def test_the_job_survives_kill_9_of_each_service_mid_step(docker_client, tiny_model: Path, faults_stack):
     stack, image, workdir = faults_stack
+    why_not = unstoppable(docker_client)
     report: FaultReport = run_faults(docker_client=docker_client, stack=stack, model=tiny_model, image=image,
-                                     workdir=workdir, quick=True)
+                                     workdir=workdir, quick=True, stop_dockerd=why_not is None)
     assert not report.problems, "\n".join(report.problems)
-    assert report.rollouts == 10 and report.masked_infra >= 1
-    assert set(report.restarts) == {"proxy", "launcher", "policy"}
+    assert report.rollouts == 12 and report.masked_infra >= 1
     assert report.spans_lost == 0 and report.escapes == 0 and report.server_errors == 0
+    if why_not is not None:
+        assert set(report.restarts) == {"proxy", "launcher", "policy"}
+        pytest.skip(f"the dockerd step ran without stopping dockerd: {why_not}")
+    assert set(report.restarts) == {"proxy", "launcher", "policy", "dockerd"}
+    # dockerd away ~8 s: the step's sandboxes ran on and their rollouts completed (trained, checked above)
+    assert report.dockerd_step == {"completed": 2}
+    outage = report.outage
+    assert outage.probe_answers > 0 and outage.proxy_health and outage.probe_exit == PROBE_EXIT
+    assert outage.published_back_s is not None
+    print(f"dockerd away {outage.seconds:.1f} s: probe answered {outage.probe_answers} times, exit {outage.probe_exit};"
+          f" published port {outage.published_down}, back {outage.published_back_s:.1f} s after dockerd")
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting the small tmpfs volume needs root")

@@ -13,18 +13,21 @@ does; see `service_stack`):
   step 2  the policy server is killed mid-call and started again (version 0: the model folder). The
           proxy answers the call in flight with a 5xx the harness retries; the trainer pushes its
           weights to the restarted server at the step's end and goes on.
-  step 3  the trainer is killed mid-step (its whole process group, as its container would die), then
-          run again with --resume (`make train RESUME=1`): it resumes from checkpoint 3, and the
+  step 3  dockerd is stopped (SIGTERM) for ~8 s while the step's sandboxes run, and started again by
+          scripts/docker/setup.sh (dockerd_outage.py: with live-restore the containers keep running;
+          a probe sandbox checks the proxy answers sandboxes meanwhile and that an exit while dockerd
+          is down is read once it is back). The launcher's docker calls retry, its waits reconnect;
+          the step's rollouts complete and are trained.
+  step 4  the trainer is killed mid-step (its whole process group, as its container would die), then
+          run again with --resume (`make train RESUME=1`): it resumes from checkpoint 4, and the
           archive holds each (step, task, rollout) once, every record whole JSON.
 Then `disk_full_job`: a job whose archive is on a tmpfs of a few MB that a filler fills mid-run: the
 trainer stops with a message naming the folder and the fix, job.json says failed with it, and no
 archived file is half-written.
 
 Full: 4 rollouts per step (2 tasks x 2), 3 calls each. Quick (tests/sandbox/test_service_faults.py):
-2 rollouts per step (1 task x 2), 2 calls each. Needs docker with runsc, veri/runtime and veri/base (`make docker
-images`), root for the tmpfs mount.
-
-Not here: stopping dockerd (every container on a shared daemon would die with it; see the README).
+2 rollouts per step (1 task x 2), 2 calls each. Needs docker with runsc and live-restore, veri/runtime and
+veri/base (`make docker images`), root for the tmpfs mount and for stopping dockerd.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ CONTROL_NETWORK = "veri-test-reliability-control"
 RUNTIME_IMAGE = "veri/runtime"
 # Not tests/sandbox's org.veri.test: a test session that ends sweeps those away, mid-run on a shared box.
 TEST_LABEL = "org.veri.test.service-faults"
-FAULTS = ["proxy", "launcher", "policy", "trainer"]  # step k: FAULTS[k]; one clean step after them
+FAULTS = ["proxy", "launcher", "policy", "dockerd", "trainer"]  # step k: FAULTS[k]; one clean step after them
 REWARD = '''
 def reward(outputs, **kwargs):
     answer = (outputs[0] / "answer.txt").read_text()
@@ -75,6 +78,8 @@ class FaultReport:
     late_spans: int = 0  # of masked rollouts: answered after the trainer read them (in the store, not the record)
     stale_masked: int = 0  # sampled by the restarted policy server before it got the weights: policy_version_stale
     restarts: dict[str, float] = field(default_factory=dict)  # service -> seconds until healthy again
+    outage: Any = None  # dockerd_outage.Outage of the dockerd step
+    dockerd_step: dict[str, int] = field(default_factory=dict)  # that step's rollouts by status
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
 
@@ -128,6 +133,8 @@ class ServiceStack:
     launcher: HostService
     proxy: Any  # the container
     proxy_url: str  # on the control network, as the trainer's container reaches `proxy:8000`
+    proxy_name: str  # its name on the rollouts network, as sandboxes call it
+    published_url: str  # its port published on 127.0.0.1, as compose.yaml publishes it
     spans_dir: Path
     output_root: Path
     token: str
@@ -173,12 +180,14 @@ def service_stack(docker_client: Any, model: Path, workdir: Path) -> Iterator[Se
         policy.start()
         launcher.start()
         name = f"veri-rel-faults-proxy-{uuid.uuid4().hex[:6]}"
+        published = free_port()
         proxy = docker_client.containers.run(
             RUNTIME_IMAGE, ["veri", "serve", "proxy", "--policy-url", policy.url, "--model", "/models/policy",
                             "--host", "0.0.0.0", "--port", "8000", "--store", "/state/spans",
                             "--public-url", f"http://{name}:8000", "--max-tokens", "16"],
             name=name, detach=True, network=control.name, restart_policy={"Name": "on-failure"},
             environment={"VERI_CONTROL_TOKEN": token}, labels={TEST_LABEL: "1"},
+            ports={"8000/tcp": ("127.0.0.1", published)},
             volumes={str(model.resolve()): {"bind": "/models/policy", "mode": "ro"},
                      str(spans): {"bind": "/state/spans", "mode": "rw"}},
         )
@@ -187,7 +196,8 @@ def service_stack(docker_client: Any, model: Path, workdir: Path) -> Iterator[Se
         address = proxy.attrs["NetworkSettings"]["Networks"][control.name]["IPAddress"]
         proxy_url = f"http://{address}:8000"
         _wait_restarted(proxy, proxy_url)
-        yield ServiceStack(policy=policy, launcher=launcher, proxy=proxy, proxy_url=proxy_url, spans_dir=spans,
+        yield ServiceStack(policy=policy, launcher=launcher, proxy=proxy, proxy_url=proxy_url, proxy_name=name,
+                           published_url=f"http://127.0.0.1:{published}", spans_dir=spans,
                            output_root=workdir / "outputs", token=token, launcher_id=launcher_id)
     finally:
         if proxy is not None:
@@ -294,7 +304,9 @@ def wait_mid_step(docker_client: Any, trainer: Trainer, job_name: str, outputs: 
 
 
 def run_faults(*, docker_client: Any, stack: ServiceStack, model: Path, image: str, workdir: Path,
-               quick: bool) -> FaultReport:
+               quick: bool, stop_dockerd: bool = True) -> FaultReport:
+    """The job with a fault per step; `stop_dockerd=False` leaves the dockerd step's daemon alone
+    (no root, no live-restore: dockerd_outage.unstoppable)."""
     report = FaultReport()
     tasks = 1 if quick else 2
     job_name = f"service-faults-{uuid.uuid4().hex[:6]}"
@@ -307,6 +319,7 @@ def run_faults(*, docker_client: Any, stack: ServiceStack, model: Path, image: s
         "proxy": stack.kill_proxy,
         "launcher": lambda: _kill_and_start(stack.launcher, pause_s=2.0),
         "policy": lambda: _kill_and_start(stack.policy, pause_s=1.0),
+        "dockerd": lambda: _stop_dockerd(report, docker_client, stack, image, workdir),
     }
     try:
         for step, service in enumerate(FAULTS):
@@ -315,6 +328,8 @@ def run_faults(*, docker_client: Any, stack: ServiceStack, model: Path, image: s
                 trainer.kill9()
                 time.sleep(2)
                 trainer.start(resume=True)
+            elif service == "dockerd" and not stop_dockerd:
+                continue
             else:
                 report.restarts[service] = kills[service]()
         status = trainer.wait(timeout=900)
@@ -339,6 +354,15 @@ def run_faults(*, docker_client: Any, stack: ServiceStack, model: Path, image: s
     # the policy outage's 503s (the retryable PolicyUnavailable the harness waits out) are not failures
     report.server_errors = proxy_5xx(stack.proxy_url, stack.token, besides=("503",))
     return report
+
+
+def _stop_dockerd(report: FaultReport, docker_client: Any, stack: ServiceStack, image: str, workdir: Path) -> float:
+    from bench.reliability.scenarios.dockerd_outage import stop_dockerd
+
+    report.outage = stop_dockerd(docker_client, network=NETWORK, image=image, proxy_url=stack.proxy_url,
+                                 proxy_host=stack.proxy_name, published_url=stack.published_url, workdir=workdir)
+    report.problems += report.outage.problems
+    return report.outage.seconds
 
 
 def _kill_and_start(service: HostService, *, pause_s: float) -> float:
@@ -398,6 +422,8 @@ def check_archive(report: FaultReport, job_dir: Path, outputs: Path, control: An
         if answered > spans:
             report.spans_lost += answered - spans
             report.problems.append(f"{where}: {answered} calls answered, {spans} spans")
+    for record in per.get(FAULTS.index("dockerd"), []):
+        report.dockerd_step[record.status] = report.dockerd_step.get(record.status, 0) + 1
     launcher_step = per.get(FAULTS.index("launcher"), [])
     if not any(r.status != "completed" for r in launcher_step):
         report.problems.append("the launcher's kill failed no rollout: was it killed mid-step?")
@@ -474,7 +500,11 @@ def run(quick: bool) -> dict[str, Any]:
     client, refused = sandbox_preflight(row)
     if refused is not None:
         return refused
+    from bench.reliability.scenarios.dockerd_outage import unstoppable
+
     problems: list[str] = []
+    if (why := unstoppable(client)) is not None:
+        return {**row, "notes": f"dockerd cannot be stopped here: {why}"}
     with tempfile.TemporaryDirectory(prefix="veri-service-faults-") as tmp:
         folder = Path(tmp)
         image = build_image(client, folder / "vendor")
@@ -497,10 +527,16 @@ def run(quick: bool) -> dict[str, Any]:
     if problems or report.spans_lost or report.escapes or report.server_errors:
         return {**row, "notes": f"{len(problems)} problems, first: {(problems or ['-'])[0][:400]}"}
     restarts = ", ".join(f"{name} back in {seconds:.1f} s" for name, seconds in report.restarts.items())
+    outage = report.outage
     return {**row, "outcome": "pass",
-            "notes": f"{len(FAULTS) + 1} steps, kill -9 of {', '.join(FAULTS)} mid-step ({restarts}); "
+            "notes": f"{len(FAULTS) + 1} steps, mid-step: kill -9 of proxy, launcher, policy, trainer, dockerd "
+                     f"stopped ({restarts}); dockerd step: rollouts {report.dockerd_step}, the proxy answered a "
+                     f"probe sandbox {outage.probe_answers} times while dockerd was down, the probe's exit "
+                     f"{outage.probe_exit} read after, published 127.0.0.1 port {outage.published_down} meanwhile "
+                     f"(back {outage.published_back_s:.1f} s after dockerd); "
                      f"{report.gave_up} gave up on the proxy, {report.masked_infra} masked as "
                      f"infrastructure_error ({report.late_spans} spans "
                      f"answered after their session closed: in the store only), {report.stale_masked} masked as "
                      f"policy_version_stale (the restarted policy's own weights), the rest trained; resumed "
-                     f"from checkpoint 3; disk full: stopped naming the volume, nothing torn; {report.seconds:.0f} s"}
+                     f"from checkpoint {FAULTS.index('trainer')}; disk full: stopped naming the volume, nothing torn; "
+                     f"{report.seconds:.0f} s"}
