@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -80,6 +81,7 @@ class FaultReport:
     restarts: dict[str, float] = field(default_factory=dict)  # service -> seconds until healthy again
     outage: Any = None  # dockerd_outage.Outage of the dockerd step
     dockerd_step: dict[str, int] = field(default_factory=dict)  # that step's rollouts by status
+    launcher_away_s: list[float] = field(default_factory=list)  # the launcher's "dockerd answering again" lines
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
 
@@ -340,6 +342,13 @@ def run_faults(*, docker_client: Any, stack: ServiceStack, model: Path, image: s
         if trainer.running():
             trainer.kill9()
     report.seconds = time.monotonic() - started
+    if stop_dockerd:
+        # its waits on the step's sandboxes were cut: it must have retried until dockerd answered again
+        lines = stack.launcher.log_path.read_text().splitlines()
+        found = [re.search(r"away_s\W+([\d.]+)", line) for line in lines if "dockerd.answering_again" in line]
+        report.launcher_away_s = [float(match[1]) for match in found if match]
+        if not found:
+            report.problems.append("the launcher never logged dockerd.answering_again: did dockerd stop mid-step?")
     if status != 0:
         report.problems.append(f"veri train exited {status}: {trainer.tail()}")
         return report
@@ -423,7 +432,8 @@ def check_archive(report: FaultReport, job_dir: Path, outputs: Path, control: An
             report.spans_lost += answered - spans
             report.problems.append(f"{where}: {answered} calls answered, {spans} spans")
     for record in per.get(FAULTS.index("dockerd"), []):
-        report.dockerd_step[record.status] = report.dockerd_step.get(record.status, 0) + 1
+        status = str(getattr(record.status, "value", record.status))
+        report.dockerd_step[status] = report.dockerd_step.get(status, 0) + 1
     launcher_step = per.get(FAULTS.index("launcher"), [])
     if not any(r.status != "completed" for r in launcher_step):
         report.problems.append("the launcher's kill failed no rollout: was it killed mid-step?")
@@ -530,7 +540,8 @@ def run(quick: bool) -> dict[str, Any]:
     outage = report.outage
     return {**row, "outcome": "pass",
             "notes": f"{len(FAULTS) + 1} steps, mid-step: kill -9 of proxy, launcher, policy, trainer, dockerd "
-                     f"stopped ({restarts}); dockerd step: rollouts {report.dockerd_step}, the proxy answered a "
+                     f"stopped ({restarts}); dockerd step: {_counts(report.dockerd_step)}, the launcher's docker calls "
+                     f"retried for {max(report.launcher_away_s):.1f} s, the proxy answered a "
                      f"probe sandbox {outage.probe_answers} times while dockerd was down, the probe's exit "
                      f"{outage.probe_exit} read after, published 127.0.0.1 port {outage.published_down} meanwhile "
                      f"(back {outage.published_back_s:.1f} s after dockerd); "
@@ -540,3 +551,7 @@ def run(quick: bool) -> dict[str, Any]:
                      f"policy_version_stale (the restarted policy's own weights), the rest trained; resumed "
                      f"from checkpoint {FAULTS.index('trainer')}; disk full: stopped naming the volume, nothing torn; "
                      f"{report.seconds:.0f} s"}
+
+
+def _counts(by_status: dict[str, int]) -> str:
+    return ", ".join(f"{count} {status}" for status, count in sorted(by_status.items())) or "no rollouts"

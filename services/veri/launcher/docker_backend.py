@@ -13,10 +13,10 @@ anything else can read it once the sandbox is gone). A guard measures it while t
 `output_max_bytes + tmpfs_mb` the sandbox is killed (failed). After exit it is capped at
 `output_max_bytes` (files in name order, symlinks dropped: `output_truncated`).
 
-Logs: the harness's stdout and stderr are appended to two files on a second bind mount (a `sh -c exec`
-wrapper around the CMD) and their tails read from disk after exit. Not through docker's log pipe: under
-runsc bursts through that pipe lose data, and it would cost a streaming thread per rollout. The guard
-kills a sandbox whose logs pass LOG_CEILING_BYTES.
+Logs: the harness's stdout and stderr are appended to two files on a second bind mount (a `sh -c`
+wrapper around the CMD, which writes the exit status there too) and their tails read from disk after
+exit. Not through docker's log pipe: under runsc bursts through that pipe lose data, and it would cost a
+streaming thread per rollout. The guard kills a sandbox whose logs pass LOG_CEILING_BYTES.
 
 Cancellation (the trainer stopped, or its launcher request went away): wherever the rollout's task is
 cancelled, its sandbox is removed before the cancellation goes on, even one that docker was still
@@ -85,9 +85,13 @@ MAX_OUTPUT_ENTRIES = 100_000
 LABEL_SANDBOX = "veri.sandbox"
 LABEL_LAUNCHER = "veri.launcher"
 LABEL_ROLLOUT = "veri.rollout_id"
-# exec keeps the harness the direct child of the image's init (tini); >> so the host side may read
-# while it writes. Needs /bin/sh in the image (every veri base has it).
-STDIO_WRAPPER = f'exec "$@" >>{LOGS_MOUNT}/stdout 2>>{LOGS_MOUNT}/stderr'
+# >> so the host side may read while it writes. The harness's exit status is also written to a file:
+# a sandbox that ends while dockerd is stopped can come back from live-restore as exit 255 (docker
+# lost the status with its shim); the file has the real one. Needs /bin/sh in the image (every veri
+# base has it).
+LOST_EXIT = 255  # what docker reports for a sandbox whose exit status it lost
+STDIO_WRAPPER = (f'"$@" >>{LOGS_MOUNT}/stdout 2>>{LOGS_MOUNT}/stderr; status=$?; '
+                 f'echo "$status" >{LOGS_MOUNT}/exit; exit "$status"')
 
 
 @dataclass(frozen=True)
@@ -264,6 +268,11 @@ class DockerBackend:
                                          return_when=asyncio.FIRST_COMPLETED)
             if waiting in done:
                 exit_code = int((await waiting)["StatusCode"])
+                recorded = await self._call(_recorded_exit, logs_dir) if exit_code == LOST_EXIT else None
+                if recorded is not None and recorded != exit_code:
+                    log.warning("sandbox.exit_status_lost", rollout_id=launch.rollout_id, docker=exit_code,
+                                harness=recorded)  # dockerd restarted while the sandbox ended
+                    exit_code = recorded
                 status = RolloutStatus.COMPLETED if exit_code == 0 else RolloutStatus.FAILED
             else:
                 await self._docker(self._kill, container)
@@ -529,8 +538,8 @@ class DockerBackend:
 # --- host-side files (blocking) ----------------------------------------------------------------
 
 def _prepare_dirs(output_dir: Path, logs_dir: Path) -> None:
-    """A fresh output folder owned by the sandbox user; a root-owned logs folder whose two files the
-    sandbox may append to but not replace."""
+    """A fresh output folder owned by the sandbox user; a root-owned logs folder whose three files
+    (stdout, stderr, the exit status) the sandbox may write but not replace."""
     for folder in (output_dir, logs_dir):
         if folder.exists() or folder.is_symlink():
             shutil.rmtree(folder) if folder.is_dir() and not folder.is_symlink() else folder.unlink()
@@ -542,10 +551,20 @@ def _prepare_dirs(output_dir: Path, logs_dir: Path) -> None:
     except PermissionError:  # a launcher that is not root: any uid may write
         output_dir.chmod(0o777)
     logs_dir.chmod(0o755)
-    for name in ("stdout", "stderr"):
+    for name in ("stdout", "stderr", "exit"):
         path = logs_dir / name
         path.touch()
         path.chmod(0o666)
+
+
+def _recorded_exit(logs_dir: Path) -> int | None:
+    """The harness's exit status as its wrapper wrote it; None when the wrapper did not get to it (the
+    sandbox killed) or something else wrote the file."""
+    try:
+        text = (logs_dir / "exit").read_text(errors="replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() and int(text) < 256 else None
 
 
 def _ignore_outcome(future: asyncio.Future) -> None:

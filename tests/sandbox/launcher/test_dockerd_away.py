@@ -180,3 +180,19 @@ def test_dockerd_away_past_the_grace_ends_the_rollout_as_infrastructure(relay, d
     assert "dockerd did not answer for 3 s" in (stranded.infrastructure_error or "")
     assert after.status == "completed"  # the next rollout removed the stranded sandbox first
     assert leftovers(docker_client, launcher_id) == []
+
+
+def test_the_wrapper_records_the_harness_exit_status(tmp_path):
+    """What stands in for docker's status when it comes back from live-restore as 255 (lost)."""
+    import subprocess
+
+    from veri.launcher.docker_backend import LOGS_MOUNT, STDIO_WRAPPER, _recorded_exit
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    wrapper = STDIO_WRAPPER.replace(LOGS_MOUNT, str(logs))
+    done = subprocess.run(["sh", "-c", wrapper, "veri-harness", "sh", "-c", "echo hi; echo oops >&2; exit 3"])
+    assert done.returncode == 3 and _recorded_exit(logs) == 3
+    assert (logs / "stdout").read_text() == "hi\n" and (logs / "stderr").read_text() == "oops\n"
+    (logs / "exit").write_text("not a status")
+    assert _recorded_exit(logs) is None
