@@ -6,15 +6,18 @@ prompt ids echoed) under the same load: tool-loop conversations of 4 calls whose
 session renders a new conversation behind the shared system prompt and tools. A call's
 *added* latency is the gateway's latency minus the same request sent straight to the upstream
 (veri sends token ids to `/v1/completions`; Agent Lightning forwards chat to `/v1/chat/completions`);
-the direct p99 is the box's noise floor. Two warm-up sessions per gateway and prompt size are not
-counted (veri caches a system prompt the second time it sees it); veri's cold first calls are printed.
+the direct p99 is the box's noise floor. Warm-up sessions are not counted: two for Agent Lightning,
+for veri until each worker has opened two (a worker caches a system prompt the second time it sees
+it); veri's cold first calls are printed.
 
 Agent Lightning's gateway runs as its README starts it (`python -m agentlightning.server`, one
-process, its logs to /dev/null); veri's proxy as `make up` does (one worker). calls/s is the median over
+process, its logs to /dev/null); veri's proxy as the stack runs it (`veri serve proxy`, gunicorn with
+`--proxy-workers` uvicorn workers, 2 as VERI_PROXY_WORKERS' default). calls/s is the median over
 rounds, and the ratio the median of each round's (both gateways back to back, under the same load); at
-1 session the tail line says where the p99 comes from: sessions' first calls, veri's own time (its
-access log), or the box (slow direct calls). Agent Lightning needs
-Python >= 3.12 and is never a veri dependency: a throwaway venv.
+1 session the tail lines say where the p99 comes from: sessions' first calls, the box (slow direct
+calls), and for the slowest 1 % of veri's calls their `Server-Timing` (proxy/timing.py: the worker's
+own time, its CPU, each phase, its collections) beside the bench's own collections and what neither
+accounts for. Agent Lightning needs Python >= 3.12 and is never a veri dependency: a throwaway venv.
 
     /root/.pyenv/versions/3.12.1/bin/python -m venv build/bench-al-venv
     build/bench-al-venv/bin/pip install agentlightning==1.0.2
@@ -35,6 +38,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +51,7 @@ from transformers import AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.servers import free_port, start_server
+from veri.proxy.timing import GC_PAUSES as CLIENT_GC  # this process's collections (gc.callbacks)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,13 +95,39 @@ def rendered_prompts(tokenizer, system: str) -> list[list[int]]:
 
 
 async def post(client: aiohttp.ClientSession, url: str, body: dict | list, headers: dict | None = None) -> dict:
+    return (await post_timed(client, url, body, headers))[0]
+
+
+async def post_timed(client: aiohttp.ClientSession, url: str, body: dict | list,
+                     headers: dict | None = None) -> tuple[dict, dict[str, float], str]:
+    """The reply, where the gateway says its time went (veri's `Server-Timing`: ms by phase) and which of
+    its workers answered (veri's x-veri-proxy-pid)."""
     async with client.post(url, data=orjson.dumps(body),
                            headers={"content-type": "application/json", **(headers or {})}) as reply:
         reply.raise_for_status()
-        return orjson.loads(await reply.read())
+        return (orjson.loads(await reply.read()), server_timing(reply.headers.get("server-timing", "")),
+                reply.headers.get("x-veri-proxy-pid", ""))
+
+
+def server_timing(header: str) -> dict[str, float]:
+    """`total;dur=3.1, cpu;dur=2.4, ...` -> {"total": 3.1, "cpu": 2.4, ...}"""
+    phases = {}
+    for item in filter(None, (part.strip() for part in header.split(","))):
+        name, _, duration = item.partition(";dur=")
+        phases[name] = float(duration)
+    return phases
 
 
 # --- one session per path ------------------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    latency_ms: float
+    phases: dict[str, float]  # the gateway's Server-Timing (veri): total, cpu, request, render, policy, span, gc
+    turn: int
+    client_gc_ms: float  # the bench's own collections during the call (they delay its reading of the reply)
+    worker: str  # veri: the worker process that answered
 
 
 @dataclass
@@ -106,12 +137,11 @@ class Gateway:
     name: str
     open_session: Callable[[aiohttp.ClientSession], Awaitable[tuple[str, dict]]]  # -> chat URL, headers
     process: psutil.Process
-    access_log: Path | None = None  # where it logs each request's own duration (veri: its JSON service log)
     latencies: list[float] = field(default_factory=list)
     first_calls: list[float] = field(default_factory=list)  # a session's first call (no bridge to extend)
+    calls: list[Call] = field(default_factory=list)  # each call's latency with the gateway's own account of it
     rates: list[float] = field(default_factory=list)
     cpu_s: float = 0.0
-    served_ms: list[float] = field(default_factory=list)  # from access_log: request in to reply out
 
     def cpu_times(self) -> float:
         """User + system CPU of the gateway and its children (gunicorn's master serves veri's worker)."""
@@ -123,9 +153,12 @@ async def chat_session(client: aiohttp.ClientSession, gateway: Gateway, system: 
     url, headers = await gateway.open_session(client)
     messages = first_messages(system, uuid.uuid4().hex[:8])
     for turn in range(TURNS):
+        client_gc = CLIENT_GC.total_s
         started = time.perf_counter()
-        reply = await post(client, url, {"model": MODEL, "messages": messages, "tools": [TOOL]}, headers)
+        reply, phases, worker = await post_timed(client, url, {"model": MODEL, "messages": messages, "tools": [TOOL]},
+                                                 headers)
         latencies.append(time.perf_counter() - started)
+        gateway.calls.append(Call(latencies[-1] * 1000, phases, turn, (CLIENT_GC.total_s - client_gc) * 1000, worker))
         if turn == 0:
             gateway.first_calls.append(latencies[-1])
         messages = next_messages(messages, reply["choices"][0]["message"], turn)
@@ -178,16 +211,16 @@ def instant_upstream(reply_ids: list[int]) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def veri_proxy(model: Path, upstream: str) -> Iterator[Gateway]:
+def veri_proxy(model: Path, upstream: str, workers: int) -> Iterator[Gateway]:
     with tempfile.TemporaryDirectory() as store, start_server(
-        ["serve", "proxy", "--policy-url", upstream, "--model", str(model), "--store", store]
+        ["serve", "proxy", "--policy-url", upstream, "--model", str(model), "--store", store, "--workers", str(workers)]
     ) as proxy:
 
         async def open_session(client: aiohttp.ClientSession) -> tuple[str, dict]:
             session = await post(client, f"{proxy.url}/control/sessions", {})
             return f"{session['openai_base_url']}/chat/completions", {"Authorization": f"Bearer {session['api_key']}"}
 
-        yield Gateway("veri", open_session, psutil.Process(proxy.process.pid), access_log=proxy.log_path)
+        yield Gateway("veri", open_session, psutil.Process(proxy.process.pid))
 
 
 @contextlib.contextmanager
@@ -253,44 +286,57 @@ class Row:
                 f"{self.added(50):>8.2f}ms {self.added(99):>8.2f}ms {p50:>8.2f}ms {p99:>8.2f}ms {p99 / p50:>6.1f} "
                 f"{statistics.median(g.rates):>8.0f} {g.cpu_s / len(g.latencies) * 1000:>8.2f}ms")
 
-    def tail(self) -> str:
-        """Where a call's p99 comes from: the first calls of sessions (a render, no bridge), the gateway's own
-        time (its log: request in to reply out), or outside it (the same tail on the direct path is the box)."""
+    def tail(self) -> list[str]:
+        """Where a call's p99 comes from: sessions' first calls (a render, no bridge), the gateway's own time
+        and its phases (veri's Server-Timing), the bench's collections, or outside both (the same tail on
+        the direct path is the box)."""
         g = self.gateway
         p50 = pct(g.latencies, 50)
         slow = sum(latency * 1000 > 3 * p50 for latency in g.latencies)
         slow_first = sum(latency * 1000 > 3 * p50 for latency in g.first_calls)
         direct_slow = sum(latency > 3 * statistics.median(self.direct) for latency in self.direct)
-        served = (f"; its own time p50 {pct(g.served_ms, 50) / 1000:.2f} / p99 {pct(g.served_ms, 99) / 1000:.2f}ms"
-                  if g.served_ms else "")
-        return (f"{'':>28}tail: {slow} of {len(g.latencies)} calls over 3x p50 ({slow_first} of them first calls,"
-                f" p50 {pct(g.first_calls, 50):.2f}ms); direct {direct_slow} of {len(self.direct)}{served}")
+        lines = [f"{'':>28}tail: {slow} of {len(g.latencies)} calls over 3x p50 ({slow_first} of them first calls,"
+                 f" p50 {pct(g.first_calls, 50):.2f}ms); direct {direct_slow} of {len(self.direct)}"]
+        if not any(call.phases for call in g.calls):
+            return lines
+        ranked = sorted(g.calls, key=lambda call: call.latency_ms)
+        slowest = ranked[-max(2, len(ranked) // 100):]
+        paused = [call.phases.get("gc", 0.0) for call in g.calls]
+        lines.append(f"{'':>28}collections in the gateway: {sum(p > 0 for p in paused)} of {len(paused)} calls,"
+                     f" {sum(paused) / len(paused):.3f}ms a call on average, the longest {max(paused):.2f}ms")
+        lines.append(f"{'':>28}{'':>12}" + "".join(f"{name:>9}" for name in PHASE_COLUMNS))
+        lines.append(f"{'':>28}{'median':>12}" + phase_cells(ranked[len(ranked) // 2]))
+        lines += [f"{'':>28}{'slow, turn ' + str(call.turn):>12}" + phase_cells(call) for call in reversed(slowest)]
+        return lines
 
 
-def log_size(gateway: Gateway) -> int:
-    return gateway.access_log.stat().st_size if gateway.access_log else 0
+# A call's columns: its latency at the client, the gateway's own time and CPU, its phases, the gateway's and
+# the bench's collections, and what neither accounts for (the box: a process waiting for a core, the sockets).
+PHASE_COLUMNS = ("latency", "total", "cpu", "request", "render", "policy", "parse", "span", "gc", "bench gc",
+                 "outside")
 
 
-def served_ms(gateway: Gateway, offset: int) -> list[float]:
-    """The chat calls' own durations the gateway logged since `offset` (veri: one JSON `request` event each)."""
-    if gateway.access_log is None:
-        return []
-    with gateway.access_log.open("rb") as log:
-        log.seek(offset)
-        events = [orjson.loads(line) for line in log.read().splitlines() if line.startswith(b"{")]
-    return [event["duration_ms"] for event in events
-            if event.get("event") == "request" and str(event.get("path", "")).endswith("/chat/completions")]
+def phase_cells(call: Call) -> str:
+    values = {"latency": call.latency_ms, **call.phases, "bench gc": call.client_gc_ms,
+              "outside": call.latency_ms - call.phases.get("total", 0.0)}
+    return "".join(f"{values.get(name, 0.0):>9.2f}" for name in PHASE_COLUMNS)
 
 
-def warm_up(gateways: list[Gateway], system: str) -> list[float]:
-    """Two sessions per gateway on a new system prompt (veri caches a prefix the second time it sees it):
-    the measured rows are the steady state. Returns veri's first-call latencies here, the cold ones."""
+def warm_up(gateways: list[Gateway], system: str, workers: int) -> list[float]:
+    """Sessions on a new system prompt until each of veri's workers has opened two (a worker caches a prefix
+    the second time it sees it), two for Agent Lightning: the measured rows are the steady state. Returns
+    veri's first-call latencies here, the cold ones."""
     cold: list[float] = []
     for gateway in gateways:
-        for _ in range(2):
+        gateway.calls = []
+        for _ in range(8 * workers if gateway.name == "veri" else 2):
             latencies, _ = asyncio.run(run(1, lambda c, lat, g=gateway: chat_session(c, g, system, lat)))
-            if gateway.name == "veri":
-                cold.append(latencies[0])
+            if gateway.name != "veri":
+                continue
+            cold.append(latencies[0])
+            opened = Counter(call.worker for call in gateway.calls if call.turn == 0)
+            if len(opened) == workers and min(opened.values()) >= 2:
+                break
     return cold
 
 
@@ -300,17 +346,16 @@ def measure(gateways: list[Gateway], upstream: str, prompts: list[list[int]], sy
     direct_tokens: list[float] = []
     direct_chat_calls: list[float] = []
     for gateway in gateways:
-        gateway.latencies, gateway.first_calls, gateway.rates, gateway.cpu_s, gateway.served_ms = [], [], [], 0.0, []
+        gateway.latencies, gateway.first_calls, gateway.calls, gateway.rates, gateway.cpu_s = [], [], [], [], 0.0
     for _ in range(max(rounds, -(-48 // concurrency))):  # 1 session: at least 48 x 4 calls
         direct_tokens += asyncio.run(run(concurrency, lambda c, lat: direct_completions(c, upstream, prompts, lat)))[0]
         direct_chat_calls += asyncio.run(run(concurrency, lambda c, lat: direct_chat(c, upstream, system, lat)))[0]
         for gateway in gateways:
-            before, logged = gateway.cpu_times(), log_size(gateway)
+            before = gateway.cpu_times()
             latencies, rate = asyncio.run(run(concurrency, lambda c, lat, g=gateway: chat_session(c, g, system, lat)))
             gateway.cpu_s += gateway.cpu_times() - before
             gateway.latencies += latencies
             gateway.rates.append(rate)
-            gateway.served_ms += served_ms(gateway, logged)
     return [Row(len(prompts[-1]), concurrency, gateway,
                 direct_tokens if gateway.name == "veri" else direct_chat_calls) for gateway in gateways]
 
@@ -322,13 +367,15 @@ def main() -> None:
                         help="python of a venv with agentlightning==1.0.2 (skipped when absent)")
     parser.add_argument("--sizes", default="1000,8000", help="system prompt tokens, comma-separated")
     parser.add_argument("--concurrency", default="1,64", help="concurrent sessions, comma-separated")
+    parser.add_argument("--proxy-workers", type=int, default=2,
+                        help="veri's gunicorn workers (2: the stack's, VERI_PROXY_WORKERS)")
     parser.add_argument("--rounds", type=int, default=5, help="sessions per concurrent slot (>= 48 sessions)")
     args = parser.parse_args()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     reply_ids = tokenizer.encode(REPLY_TEXT, add_special_tokens=False) + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
     with contextlib.ExitStack() as stack:
         upstream = stack.enter_context(instant_upstream(reply_ids))
-        gateways = [stack.enter_context(veri_proxy(args.model, upstream))]
+        gateways = [stack.enter_context(veri_proxy(args.model, upstream, args.proxy_workers))]
         if args.al_python.exists():
             gateways.append(stack.enter_context(agent_lightning(args.al_python, upstream)))
         else:
@@ -342,15 +389,16 @@ def main() -> None:
             prompts = rendered_prompts(tokenizer, system)
             table = {str(len(first_messages(system, "0")) + 2 * turn): prompt for turn, prompt in enumerate(prompts)}
             httpx.put(f"{upstream}/upstream/chat-prompts", content=orjson.dumps(table)).raise_for_status()
-            cold = warm_up(gateways, system)
-            print(f"{len(prompts[-1]):>6}    1  veri's first calls on a new system prompt (not cached yet): "
+            cold = warm_up(gateways, system, args.proxy_workers)
+            print(f"{len(prompts[-1]):>6}    1  veri's warm-up first calls (a worker renders a system prompt in full"
+                  " until it has seen it twice): "
                   + ", ".join(f"{latency * 1000:.1f}ms" for latency in cold))
             for concurrency in (int(c) for c in args.concurrency.split(",")):
                 rows = measure(gateways, upstream, prompts, system, concurrency, args.rounds)
                 for row in rows:
                     print(row.line(), flush=True)
                     if concurrency == 1:
-                        print(row.tail(), flush=True)
+                        print("\n".join(row.tail()), flush=True)
                 if len(rows) == 2:
                     veri, al = rows
                     # Each round's gateways ran back to back: a ratio per round sees the same load on both.

@@ -21,6 +21,7 @@ from veri.proxy.rendering import ChatRendering, PromptPlan
 from veri.proxy.replicas import PolicyReplicas
 from veri.proxy.settings import ProxySettings
 from veri.proxy.store import SessionRow, SpanStore
+from veri.proxy.timing import phase
 from veri.proxy.tool_calls import ToolCall, split_tool_calls
 
 # A retry waits for a try of the same request still in flight; past the policy's own timeout (plus
@@ -137,11 +138,14 @@ class CaptureService:
         started_at = time.time()
         request_id = self.store.begin_request(session.rollout_id, identity.key) if identity else None
         try:
-            plan = self.rendering.plan_prompt(self.store, session.rollout_id, turn.messages, turn.tools)
+            with phase("render"):
+                plan = self.rendering.plan_prompt(self.store, session.rollout_id, turn.messages, turn.tools)
             sampling = self.sampling_for(turn.max_tokens)
-            completion = await self._complete(session, plan.prompt_ids, sampling)
-            ids, logprobs, stop_sequence = self._apply_stop_sequences(completion, turn.stop)
-            parsed = self.rendering.parse(ids, turn.tools if turn.parse_tools else None, plan.prompt_ids)
+            with phase("policy"):
+                completion = await self._complete(session, plan.prompt_ids, sampling)
+            with phase("parse"):
+                ids, logprobs, stop_sequence = self._apply_stop_sequences(completion, turn.stop)
+                parsed = self.rendering.parse(ids, turn.tools if turn.parse_tools else None, plan.prompt_ids)
         except BaseException:
             if request_id is not None:
                 self.store.drop_request(request_id)  # no span: a retry of this request samples afresh
@@ -216,8 +220,9 @@ class CaptureService:
         )
         span.prompt_token_ids, span.completion_token_ids = sample.plan.prompt_ids, sample.completion_ids
         key = sample.plan.hashes.with_message(reply)
-        stored = self.store.add_span(span, prefix_hash=key, n_messages=len(sample.turn.messages) + 1,
-                                     answers=sample.request_id, shared=sample.plan.shared)
+        with phase("span"):
+            stored = self.store.add_span(span, prefix_hash=key, n_messages=len(sample.turn.messages) + 1,
+                                         answers=sample.request_id, shared=sample.plan.shared)
         self.metrics.span_recorded(stored)
         return stored
 

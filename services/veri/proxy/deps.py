@@ -14,6 +14,7 @@ from veri.proxy.errors import InvalidRequest
 from veri.proxy.history import RequestIdentity
 from veri.proxy.requests import check_tool_count, presented_key, read_json_body
 from veri.proxy.store import SessionRow
+from veri.proxy.timing import phase
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -53,8 +54,9 @@ class RolloutCall(Generic[Model]):
 
 async def rollout_call(request: Request, rollout_id: str, model: type[Model]) -> RolloutCall[Model]:
     capture = capture_service(request)
-    session = capture.store.authorize(rollout_id, presented_key(request))
-    body = await read_json_body(request, capture.settings.max_body_bytes)
-    check_tool_count(body)
-    identity = RequestIdentity.of(request.url.path, body, request.headers)
-    return RolloutCall(capture, session, body, parse_body(model, body), identity)
+    with phase("request"):
+        session = capture.store.authorize(rollout_id, presented_key(request))
+        body = await read_json_body(request, capture.settings.max_body_bytes)
+        check_tool_count(body)
+        identity = RequestIdentity.of(request.url.path, body, request.headers)
+        return RolloutCall(capture, session, body, parse_body(model, body), identity)

@@ -29,32 +29,36 @@ class LongTexts:
     def split(self, value: Any, path: Path) -> Any:
         """`value` with its long strings replaced by their hashes (copied only where one was)."""
         if isinstance(value, str):
-            if len(value) < LONG_TEXT:
-                return value
-            key = self._hashes.get(id(value))
-            if key is None:
-                key = hashlib.blake2b(value.encode(), digest_size=16).hexdigest()
-                self._hashes[id(value)] = key
-                self.texts[key] = value
-            self.at.append(path)
-            return key
+            return self._key(value, path) if len(value) >= LONG_TEXT else value
         if isinstance(value, dict):
             copy = None
             for name, item in value.items():
-                new = self.split(item, [*path, name])
-                if new is not item:
-                    copy = copy if copy is not None else dict(value)
-                    copy[name] = new
+                # Short strings and numbers, most of a span's values, are passed over without a call.
+                if isinstance(item, (dict, list)) or (isinstance(item, str) and len(item) >= LONG_TEXT):
+                    new = self.split(item, [*path, name])
+                    if new is not item:
+                        copy = copy if copy is not None else dict(value)
+                        copy[name] = new
             return value if copy is None else copy
         if isinstance(value, list):
             copied = None
             for index, item in enumerate(value):
-                new = self.split(item, [*path, index])
-                if new is not item:
-                    copied = copied if copied is not None else list(value)
-                    copied[index] = new
+                if isinstance(item, (dict, list)) or (isinstance(item, str) and len(item) >= LONG_TEXT):
+                    new = self.split(item, [*path, index])
+                    if new is not item:
+                        copied = copied if copied is not None else list(value)
+                        copied[index] = new
             return value if copied is None else copied
         return value
+
+    def _key(self, value: str, path: Path) -> str:
+        key = self._hashes.get(id(value))
+        if key is None:
+            key = hashlib.blake2b(value.encode(), digest_size=16).hexdigest()
+            self._hashes[id(value)] = key
+            self.texts[key] = value
+        self.at.append(path)
+        return key
 
 
 def hashes_at(fields: dict[str, Any], at: list[Path]) -> list[str]:

@@ -6,10 +6,16 @@ can run as several workers and survives restarts. A span is committed before its
 sent (WAL + synchronous=NORMAL survives a process crash, which is the failure we guard against).
 A session is pinned to a replica in the same write transaction that creates it, so workers opening
 sessions at once still spread them evenly.
+
+What every call reads is kept off SQLite where it can be without going stale: the ids of each
+rollout's latest span (a row's ids never change once written, so a copy is good in any worker), the
+long texts this worker knows are stored, and the announced policy version, mirrored in a small shared
+file every worker maps (`PolicyVersionMirror`).
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import secrets
 import sqlite3
@@ -18,6 +24,7 @@ import threading
 import time
 import uuid
 from array import array
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,6 +113,10 @@ _ADDED_COLUMNS = [
 # links the whole prompt is stored again, so rebuilding one reads a bounded number of rows.
 MAX_PROMPT_DEPTH = 8
 
+# Ids of rollouts' latest spans kept in memory, at most this many in all (~8 bytes each: the lists
+# share their int objects along a rollout): 256 rollouts of 8k-token prompts.
+RECENT_IDS_BUDGET = 2_000_000
+
 
 @dataclass(frozen=True)
 class SessionRow:
@@ -126,12 +137,78 @@ class SharedIds:
 
 @dataclass(frozen=True)
 class PriorTurn:
-    """What a later call needs from an earlier one to bridge: its exact ids."""
+    """What a later call needs from an earlier one to bridge: its exact ids (shared: never mutated)."""
 
     request_index: int
     n_messages: int
     prompt_ids: list[int]
     completion_ids: list[int]
+
+
+@dataclass(frozen=True)
+class _SpanIds:
+    request_index: int
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    prompt_depth: int  # as in its row: spans read to rebuild its prompt
+
+
+class RecentIds:
+    """The ids of each rollout's latest span this worker wrote or read, LRU by rollout within a budget.
+
+    A later turn bridges from its previous one: 8k ids read back and unpacked cost ~0.2 ms a call."""
+
+    def __init__(self, budget: int = RECENT_IDS_BUDGET) -> None:
+        self._budget = budget
+        self._held = 0
+        self._by_rollout: OrderedDict[str, _SpanIds] = OrderedDict()
+
+    def get(self, rollout_id: str, request_index: int) -> _SpanIds | None:
+        found = self._by_rollout.get(rollout_id)
+        if found is None or found.request_index != request_index:
+            return None
+        self._by_rollout.move_to_end(rollout_id)
+        return found
+
+    def put(self, rollout_id: str, ids: _SpanIds) -> None:
+        known = self._by_rollout.get(rollout_id)
+        if known is not None and known.request_index > ids.request_index:
+            return  # a later span of the rollout is the one its next turn extends
+        self._forget(rollout_id)
+        self._by_rollout[rollout_id] = ids
+        self._held += len(ids.prompt_ids) + len(ids.completion_ids)
+        while self._held > self._budget and self._by_rollout:
+            self._forget(next(iter(self._by_rollout)))
+
+    def _forget(self, rollout_id: str) -> None:
+        gone = self._by_rollout.pop(rollout_id, None)
+        if gone is not None:
+            self._held -= len(gone.prompt_ids) + len(gone.completion_ids)
+
+
+class PolicyVersionMirror:
+    """The announced policy version (the `meta` row is the durable one) in a file every worker maps.
+
+    Every call reads the version before and after its policy call, and again for its span; a mapped
+    read costs no SQL. The store writes the row and this mirror in one write transaction, so a worker
+    that (re)starts while a version is announced cannot put the older one back."""
+
+    _FORMAT = "<q"
+
+    def __init__(self, path: Path) -> None:
+        with path.open("a+b") as file:
+            if os.fstat(file.fileno()).st_size < 8:
+                file.truncate(8)
+            self._map = mmap.mmap(file.fileno(), 8)
+
+    def read(self) -> int:
+        return struct.unpack_from(self._FORMAT, self._map)[0]
+
+    def write(self, version: int) -> None:
+        struct.pack_into(self._FORMAT, self._map, 0, version)
+
+    def close(self) -> None:
+        self._map.close()
 
 
 # Token ids live in their own columns (compact, and read alone when a later turn bridges); the
@@ -169,12 +246,17 @@ class SpanStore:
         for table, column, kind in _ADDED_COLUMNS:  # a store written by an older proxy
             if column not in {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}:
                 self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        self._recent_ids = RecentIds()
+        self._stored_texts: set[str] = set()  # long texts this worker knows are in `texts` (never deleted)
+        self._policy_version = PolicyVersionMirror(folder / "policy_version")
+        self._write_policy_version(None)  # the mirror from the row: it may be new, or older than the row
         self._checkpointer = WalCheckpointer(self.path)
 
     def close(self) -> None:
         self._checkpointer.stop()
         with self._lock:
             self._db.close()
+            self._policy_version.close()
 
     # --- sessions ---------------------------------------------------------------------------
 
@@ -294,13 +376,32 @@ class SpanStore:
     # --- policy version (for backends that do not report it, e.g. vLLM) -------------------------
 
     def set_policy_version(self, version: int) -> None:
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO meta VALUES ('policy_version', ?)", (str(version),))
+        self._write_policy_version(version)
 
     def policy_version(self) -> int:
+        return self._policy_version.read()
+
+    def _write_policy_version(self, version: int | None) -> None:
+        """The row and its mirror in one write transaction; None: the mirror from the row as it is."""
         with self._lock:
-            found = self._db.execute("SELECT value FROM meta WHERE key = 'policy_version'").fetchone()
-        return int(found[0]) if found else 0
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                if version is None:
+                    found = self._db.execute("SELECT value FROM meta WHERE key = 'policy_version'").fetchone()
+                    version = int(found[0]) if found else 0
+                else:
+                    self._db.execute("INSERT OR REPLACE INTO meta VALUES ('policy_version', ?)", (str(version),))
+                before = self._policy_version.read()
+                self._policy_version.write(version)
+                try:
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._policy_version.write(before)
+                    raise
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
 
     # --- spans ------------------------------------------------------------------------------
 
@@ -322,8 +423,9 @@ class SpanStore:
                     ).fetchone()
                     span.request_index = next_index
                     base, count, depth = self._prompt_reference(span.rollout_id, shared)
-                    if long_texts.texts:
-                        self._db.executemany("INSERT OR IGNORE INTO texts VALUES (?, ?)", long_texts.texts.items())
+                    if new_texts := [(key, text) for key, text in long_texts.texts.items()
+                                     if key not in self._stored_texts]:
+                        self._db.executemany("INSERT OR IGNORE INTO texts VALUES (?, ?)", new_texts)
                     self._db.execute(
                         "INSERT INTO spans (rollout_id, request_index, span, prefix_hash, n_messages, prompt_ids,"
                         " completion_ids, prompt_base, prompt_shared, prompt_depth, long_texts)"
@@ -349,6 +451,9 @@ class SpanStore:
                 except BaseException:
                     self._db.execute("ROLLBACK")
                     raise
+                self._stored_texts.update(key for key, _ in new_texts)
+                self._recent_ids.put(span.rollout_id, _SpanIds(next_index, span.prompt_token_ids,
+                                                               span.completion_token_ids, depth))
         except sqlite3.Error as exc:
             raise CaptureFailed(f"could not store the span ({exc}); the response was withheld") from exc
         return span
@@ -357,11 +462,16 @@ class SpanStore:
         """(prompt_base, prompt_shared, prompt_depth) for a new span's row: by reference while the chain is short."""
         if shared is None or shared.count == 0:
             return None, 0, 0
-        found = self._db.execute("SELECT prompt_depth FROM spans WHERE rollout_id = ? AND request_index = ?",
-                                 (rollout_id, shared.request_index)).fetchone()
-        if found is None or (found[0] or 0) + 1 > MAX_PROMPT_DEPTH:
+        recent = self._recent_ids.get(rollout_id, shared.request_index)
+        if recent is not None:
+            base_depth: int | None = recent.prompt_depth
+        else:
+            found = self._db.execute("SELECT prompt_depth FROM spans WHERE rollout_id = ? AND request_index = ?",
+                                     (rollout_id, shared.request_index)).fetchone()
+            base_depth = None if found is None else found[0] or 0
+        if base_depth is None or base_depth + 1 > MAX_PROMPT_DEPTH:
             return None, 0, 0
-        return shared.request_index, shared.count, (found[0] or 0) + 1
+        return shared.request_index, shared.count, base_depth + 1
 
     def _ids(self, rollout_id: str, request_index: int) -> tuple[bytes, bytes]:
         """A span's (prompt, completion) ids as packed bytes, its prompt rebuilt from the spans it extends."""
@@ -427,15 +537,20 @@ class SpanStore:
         marks = ",".join("?" * len(prefix_hashes))
         with self._lock:
             found = self._db.execute(
-                f"SELECT request_index, n_messages, prompt_base, prompt_shared, prompt_ids, completion_ids FROM spans "
+                f"SELECT request_index, n_messages, prompt_depth FROM spans "
                 f"WHERE rollout_id = ? AND prefix_hash IN ({marks}) "
                 f"ORDER BY n_messages DESC, request_index DESC LIMIT 1",
                 (rollout_id, *prefix_hashes),
             ).fetchone()
             if found is None:
                 return None
-            prompt = self._prompt(rollout_id, found[2], found[3], found[4], {})
-        return PriorTurn(found[0], found[1], _unpack(prompt), _unpack(found[5]))
+            index, n_messages, depth = found
+            recent = self._recent_ids.get(rollout_id, index)
+            if recent is None:
+                prompt, completion = self._ids(rollout_id, index)
+                recent = _SpanIds(index, _unpack(prompt), _unpack(completion), depth or 0)
+                self._recent_ids.put(rollout_id, recent)
+        return PriorTurn(index, n_messages, recent.prompt_ids, recent.completion_ids)
 
     def span_by_response_id(self, rollout_id: str, response_id: str) -> Span | None:
         """The span of this rollout whose response carries `response_id` (Responses API chains)."""
