@@ -244,8 +244,12 @@ class DockerBackend:
     async def _run(self, launch: RolloutLaunch, output_dir: Path, started: float) -> LaunchResult:
         limits = launch.limits
         while self._unremoved:
-            await self._docker(self._remove, self._unremoved[-1])
-            self._unremoved.pop()
+            stranded = self._unremoved.pop()
+            try:
+                await self._docker(self._remove, stranded)
+            except DockerdAway:
+                self._unremoved.append(stranded)
+                raise
         spec = await self._docker(self._image_spec, launch.image)
         logs_dir = _logs_dir(output_dir)
         await self._call(_prepare_dirs, output_dir, logs_dir)
