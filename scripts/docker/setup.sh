@@ -142,6 +142,9 @@ fi
 
 docker info --format '{{json .Runtimes}}' | grep -q '"runsc"' \
   || die "dockerd does not list the runsc runtime; restart dockerd (see $DAEMON_JSON)"
-[ "$(docker info --format '{{.LiveRestoreEnabled}}')" = true ] \
-  || die "dockerd runs without live-restore (stopping it would stop every container); restart dockerd (see $DAEMON_JSON)"
+if [ "$(docker info --format '{{.LiveRestoreEnabled}}')" != true ]; then
+  [ "$(docker info --format '{{.Swarm.LocalNodeState}}')" != active ] \
+    || die "dockerd is in swarm mode, which refuses live-restore (set in $DAEMON_JSON): leave the swarm or remove it there"
+  die "dockerd runs without live-restore (stopping it would stop every container); restart dockerd (see $DAEMON_JSON)"
+fi
 say "ready: $(docker version --format 'docker {{.Server.Version}}'), runtimes: $(docker info --format '{{range $k, $v := .Runtimes}}{{$k}} {{end}}')"
