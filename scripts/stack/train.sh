@@ -35,6 +35,7 @@ if [ "$VERI_POLICY_BACKEND" = vllm ]; then
     esac
   done
 fi
+source scripts/stack/compose_files.sh  # the launcher backend's compose files (up.sh and the run below)
 image=$("$VERI" harness build "$VERI_BUNDLE" --prefix "${IMAGE_PREFIX:-veri}" --vendor "${VENDOR:-vendor}" | tail -n 1)
 scripts/stack/up.sh
 state=$(realpath -m "${VERI_STATE_DIR:-build/state}")

@@ -9,6 +9,10 @@ state=$(realpath -m "${VERI_STATE_DIR:-build/state}")
 export VERI_STATE_DIR=$state VERI_MODELS_DIR=$(realpath -m "${VERI_MODELS_DIR:-build/models}")
 port=${VERI_PROXY_PORT:-8000}
 console_port=${VERI_CONSOLE_PORT:-8300}
+source scripts/stack/compose_files.sh  # COMPOSE_FILE for VERI_LAUNCHER_BACKEND (docker or kubernetes)
+healthy_ports="$port $console_port"
+# the kubernetes launcher is published (run-harness --sandbox launcher): its health says the cluster answered
+[ "${VERI_LAUNCHER_BACKEND:-docker}" = kubernetes ] && healthy_ports+=" ${VERI_LAUNCHER_PORT:-8002}"
 project=${VERI_PROJECT:-veri}
 mkdir -p "$state/spans" "$state/outputs"
 # The state folder holds the control token, every job's trajectories and the span store (session
@@ -29,7 +33,7 @@ model_dir=$VERI_MODELS_DIR/${VERI_MODEL:-tiny}
 $COMPOSE -p "$project" up -d --remove-orphans
 for _ in $(seq 1 300); do
   if python3 -c "import sys, urllib.request
-for port in sys.argv[1:]: urllib.request.urlopen(f'http://127.0.0.1:{port}/health', timeout=2)" "$port" "$console_port" 2>/dev/null; then
+for port in sys.argv[1:]: urllib.request.urlopen(f'http://127.0.0.1:{port}/health', timeout=2)" $healthy_ports 2>/dev/null; then
     echo "make up: stack healthy; proxy on http://127.0.0.1:$port (control token in $state/control_token)"
     echo "make up: console on http://127.0.0.1:$console_port"
     exit 0

@@ -135,9 +135,14 @@ def _tail(log: Path, lines: int = 25) -> str:
 
 
 class ControlPlane:
-    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler in a temp folder, on free ports."""
+    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler in a temp folder, on free ports.
 
-    def __init__(self) -> None:
+    `extra_addresses`: this host's addresses the apiserver also answers on (it then listens on all of
+    them, and its certificate names them): a launcher in a container reaches it there (test_kubelet_stack.py).
+    """
+
+    def __init__(self, extra_addresses: tuple[str, ...] = ()) -> None:
+        self.extra_addresses = extra_addresses
         self.dir = Path(tempfile.mkdtemp(prefix="veri-k8s-"))
         self.token = secrets.token_hex(16)
         self.processes: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -171,7 +176,8 @@ class ControlPlane:
 
     def _write_credentials(self) -> None:
         _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=veri-test-apiserver",
-                 "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc",
+                 "-addext", ",".join(["subjectAltName=IP:127.0.0.1", *(f"IP:{a}" for a in self.extra_addresses),
+                                      "DNS:localhost", "DNS:kubernetes.default.svc"]),
                  "-keyout", str(self.key), "-out", str(self.cert))
         _openssl("genrsa", "-out", str(self.dir / "sa.key"), "2048")
         _openssl("rsa", "-in", str(self.dir / "sa.key"), "-pubout", "-out", str(self.dir / "sa.pub"))
@@ -202,7 +208,8 @@ class ControlPlane:
     def _start_apiserver(self) -> None:
         proc, log = self._spawn("kube-apiserver", [
             str(K8S_BIN / "kube-apiserver"), "--etcd-servers", self.etcd_url,
-            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", str(self.port),
+            "--bind-address", "0.0.0.0" if self.extra_addresses else "127.0.0.1",
+            "--advertise-address", "127.0.0.1", "--secure-port", str(self.port),
             "--insecure-port", "0", "--tls-cert-file", str(self.cert), "--tls-private-key-file", str(self.key),
             "--token-auth-file", str(self.dir / "tokens.csv"), "--authorization-mode", "Node,RBAC",
             "--service-account-key-file", str(self.dir / "sa.pub"),
@@ -303,6 +310,12 @@ def host_ip() -> str:
         return str(sock.getsockname()[0])
 
 
+def pod_network_gateway() -> str:
+    """This host's address on the network the kubelet's pods get: with no CNI, dockershim starts each
+    pod's sandbox in Docker's default `bridge` network (docker0), so the host is its gateway there."""
+    return _docker("network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}").stdout.strip()
+
+
 class KubeletNode:
     """Our patched kubelet 1.20 (scripts/k8s/patches) on the host's Docker, RuntimeClass handlers -> --runtime.
 
@@ -346,8 +359,13 @@ class KubeletNode:
         _docker("import", "--change", 'ENTRYPOINT ["/pause"]', str(layer), PAUSE_IMAGE)
 
     def _k8s_containers(self) -> set[str]:
-        listed = _docker("ps", "-aq", "--no-trunc", "--filter", "label=io.kubernetes.docker.type").stdout
-        return set(listed.split())
+        deadline = time.monotonic() + 120  # dockerd may be restarting (make docker: live-restore)
+        while True:
+            listed = _docker("ps", "-aq", "--no-trunc", "--filter", "label=io.kubernetes.docker.type", check=False)
+            if listed.returncode == 0 or time.monotonic() > deadline:
+                listed.check_returncode()
+                return set(listed.stdout.split())
+            time.sleep(2)
 
     def _lock_host(self, timeout: float) -> None:
         HOST_LOCK.parent.mkdir(parents=True, exist_ok=True)
@@ -454,7 +472,8 @@ def kubelet_cluster() -> Iterator[KubeCluster]:
     from kubernetes import client
 
     KubeletNode.check_host()
-    plane = ControlPlane()
+    # Also on the pods' gateway: a stack's launcher container reaches the API there (test_kubelet_stack.py).
+    plane = ControlPlane(extra_addresses=(pod_network_gateway(),))
     cluster = plane.start()
     kubelet = KubeletNode(plane)
     try:

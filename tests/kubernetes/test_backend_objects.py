@@ -121,3 +121,26 @@ def test_pacer_spaces_creation_after_the_burst() -> None:
     assert asyncio.run(create(15)) >= 10 / 50 * 0.9  # 10 past the burst at 50/s
     with pytest.raises(ValueError, match="creation rate"):
         CreationPacer(per_second=0, burst=1)
+
+
+def test_host_aliases_pin_a_stack_outside_the_cluster() -> None:
+    """compose.kubernetes.yaml: the pods reach the stack's proxy and web fixture by name at one address."""
+    pod = PodSettings(namespace="rollouts", launcher_id="ci",
+                      host_aliases={"proxy": "172.17.0.1", "webfixture": "172.17.0.1", "db": "10.1.2.3"})
+    manifest = objects.job_manifest(launch(), "r", pod, OutputVolume(host_path="/srv/state/outputs"), "s/r", "web")
+    spec = manifest["spec"]["template"]["spec"]
+    assert spec["hostAliases"] == [{"ip": "10.1.2.3", "hostnames": ["db"]},
+                                   {"ip": "172.17.0.1", "hostnames": ["proxy", "webfixture"]}]
+    assert {"name": "output", "hostPath": {"path": "/srv/state/outputs", "type": "Directory"}} in spec["volumes"]
+    assert "hostAliases" not in job()["spec"]["template"]["spec"]  # none unless asked for
+
+    policies = {p["spec"]["podSelector"]["matchLabels"]["veri.egress"]: p["spec"]["egress"]
+                for p in objects.network_policies("rollouts", "ci", {"app": "proxy"}, 18000, None,
+                                                  ("172.17.0.1", "172.17.0.1"))}
+    outside = {"ipBlock": {"cidr": "172.17.0.1/32"}}
+    for egress in policies.values():  # the proxy's port at that address, whatever the egress
+        assert egress[0] == {"to": [{"podSelector": {"matchLabels": {"app": "proxy"}}}, outside],
+                             "ports": [{"protocol": "TCP", "port": 18000}]}
+    # any port there (the web fixture) only for web egress: a private address the web rule leaves out
+    assert {"to": [{"podSelector": {"matchLabels": {"veri.web": "1"}}}, outside]} in policies["web"]
+    assert not any(outside in rule["to"] and "ports" not in rule for rule in policies["none"])

@@ -45,6 +45,11 @@ VERI_PROXY_PORT = "VERI_PROXY_PORT"  # host port (on 127.0.0.1) the proxy is pub
 VERI_CONSOLE_PORT = "VERI_CONSOLE_PORT"  # host port (on 127.0.0.1) of the web console (default 8300)
 VERI_PROXY_WORKERS = "VERI_PROXY_WORKERS"  # the stack proxy's gunicorn worker processes (default 2)
 VERI_RUNTIME_IMAGE = "VERI_RUNTIME_IMAGE"  # the image veri's services run in (default veri/runtime)
+# Rollouts on a Kubernetes cluster (VERI_LAUNCHER_BACKEND=kubernetes, VERI_LAUNCHER_KUBECONFIG,
+# VERI_LAUNCHER_NAMESPACE: compose.kubernetes.yaml):
+VERI_K8S_STACK_ADDRESS = "VERI_K8S_STACK_ADDRESS"  # this machine's address the cluster's pods reach
+VERI_K8S_PROXY_PORT = "VERI_K8S_PROXY_PORT"  # the proxy's rollout port published there (default 8000)
+VERI_LAUNCHER_PORT = "VERI_LAUNCHER_PORT"  # host port (127.0.0.1) of the kubernetes launcher (default 8002)
 # The job's stack settings, written by `veri stack-env` for make train and compose:
 VERI_MODELS_DIR = "VERI_MODELS_DIR"  # host folder holding the job's model (mounted at /models)
 VERI_TEMPERATURE = "VERI_TEMPERATURE"  # the job's sampling, which the proxy enforces

@@ -133,8 +133,14 @@ def _register_run(commands: argparse._SubParsersAction) -> None:
     command.add_argument("--index", type=int, default=0)
     command.add_argument("-n", type=int, default=1, help="rollouts to run (one GRPO group)")
     command.add_argument("--out", type=Path, default=None, help="where rollout records go")
-    command.add_argument("--sandbox", choices=["docker", "local"], default="docker",
-                         help="docker (gVisor, default) or local (an unsandboxed subprocess: development only)")
+    command.add_argument("--sandbox", choices=["docker", "local", "launcher"], default="docker",
+                         help="docker (gVisor, default), launcher (the stack's launcher service, whatever its "
+                              "backend: kubernetes with VERI_LAUNCHER_BACKEND=kubernetes make up) or local (an "
+                              "unsandboxed subprocess: development only)")
+    command.add_argument("--launcher-url", default=os.environ.get(envs.VERI_LAUNCHER_URL) or
+                         f"http://127.0.0.1:{os.environ.get(envs.VERI_LAUNCHER_PORT) or 8002}",
+                         help="--sandbox launcher: the launcher's URL (default $VERI_LAUNCHER_URL, else "
+                              "127.0.0.1:$VERI_LAUNCHER_PORT, where compose.kubernetes.yaml publishes it)")
     command.add_argument("--proxy-url", default=os.environ.get(envs.VERI_PROXY_URL, "http://127.0.0.1:8000"))
     command.add_argument("--model-name", default=os.environ.get(envs.VERI_MODEL, "policy"))
     command.add_argument("--max-turns", type=int, default=8)
@@ -164,7 +170,7 @@ def _run(args: argparse.Namespace) -> int:
             bundle=args.bundle.resolve(), task=load_task(args.task, args.dataset, args.index), task_index=args.index,
             n=args.n, out=out, sandbox=args.sandbox, proxy_url=args.proxy_url.rstrip("/"),
             control_token=default_control_token(), model_name=args.model_name, max_turns=args.max_turns,
-            timeout_s=args.timeout, start_stack=not args.no_up,
+            timeout_s=args.timeout, start_stack=not args.no_up, launcher_url=args.launcher_url.rstrip("/"),
         )
         collected = run(options)
     except (RunHarnessError, ManifestError) as error:

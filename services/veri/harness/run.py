@@ -8,8 +8,10 @@ trajectory format, so `veri debug` reads them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -20,12 +22,12 @@ import httpx
 
 from veri.core import envs
 from veri.core.harness import load_manifest
-from veri.core.launch import SandboxLimits
+from veri.core.launch import GroupLaunch, LaunchResult, SandboxLimits
 from veri.core.rollouts import RolloutRecord
 from veri.launcher.backend import SandboxBackend
 from veri.proxy.control_client import ControlClient
 from veri.trainer.rollouts.collect import CollectedRollout, GroupCollector, LaunchSettings
-from veri.trainer.rollouts.runner import BackendRunner, sandbox_backend
+from veri.trainer.rollouts.runner import BackendRunner, RolloutRunner, sandbox_backend
 
 REPO_ROOT = Path(__file__).resolve().parents[3]  # the checkout (Makefile, build/) in an editable install
 
@@ -41,13 +43,14 @@ class RunOptions:
     task_index: int
     n: int
     out: Path
-    sandbox: str  # docker | local
+    sandbox: str  # docker | local | launcher
     proxy_url: str
     control_token: str | None
     model_name: str
     max_turns: int
     timeout_s: float
     start_stack: bool
+    launcher_url: str | None = None  # sandbox launcher: the stack's launcher service
 
 
 def ensure_stack(options: RunOptions) -> None:
@@ -71,7 +74,7 @@ def _healthy(url: str) -> bool:
 
 
 def image_for(options: RunOptions) -> str:
-    """docker: the bundle's image (built when missing); local: the bundle folder itself."""
+    """docker, launcher: the bundle's image (built when missing); local: the bundle folder itself."""
     if options.sandbox == "local":
         load_manifest(options.bundle)
         return str(options.bundle)
@@ -87,8 +90,9 @@ def run(options: RunOptions) -> list[CollectedRollout]:
     ensure_stack(options)
     image = image_for(options)
     control = ControlClient(options.proxy_url, token=options.control_token)
-    backend = _backend(options.sandbox)
-    runner = BackendRunner(backend, options.out / "outputs")
+    backend = None if options.sandbox == "launcher" else _backend(options.sandbox)
+    runner: RolloutRunner = (StackLauncher(options.launcher_url or "", options.control_token, options.out / "outputs")
+                             if backend is None else BackendRunner(backend, options.out / "outputs"))
     settings = LaunchSettings(image=image, model_name=options.model_name, max_turns=options.max_turns,
                               timeout_s=options.timeout_s, max_parallel=options.n, limits=SandboxLimits(),
                               labels={"job": "run-harness", "bundle": manifest.name})
@@ -97,7 +101,8 @@ def run(options: RunOptions) -> list[CollectedRollout]:
         collected = asyncio.run(collector.collect(step=0, task_index=options.task_index, task=options.task,
                                                   size=options.n))
     finally:
-        backend.close()  # the docker backend's egress gateway goes with it
+        if backend is not None:
+            backend.close()  # the docker backend's egress gateway goes with it
     for rollout in collected:
         write_record(options.out, rollout)
     return collected
@@ -110,6 +115,36 @@ def _backend(sandbox: str) -> SandboxBackend:
         return DockerBackend(network=os.environ.get(envs.VERI_ROLLOUTS_NETWORK, "veri-rollouts"),
                              launcher_id="run-harness")
     return sandbox_backend(sandbox)
+
+
+class StackLauncher:
+    """The stack's launcher service (`--sandbox launcher`), whatever backend `make up` gave it (the
+    kubernetes one: compose.kubernetes.yaml publishes it). Its output folders land in the state
+    folder's outputs/ (compose mounts the state folder at /state there); once the group is done they
+    are moved under `output_root` here, as the in-process backends leave them."""
+
+    def __init__(self, url: str, token: str | None, output_root: Path) -> None:
+        from veri.launcher.client import LauncherClient
+
+        self.subdir = f"run-harness/{output_root.parent.name}-{os.getpid()}"
+        self.client = LauncherClient(url, token=token, subdir=self.subdir)
+        self.output_root = output_root
+
+    async def run_group(self, group: GroupLaunch) -> list[LaunchResult]:
+        results = await self.client.run_group(group)
+        landed = state_dir() / "outputs" / self.subdir
+        moved = []
+        for result in results:
+            update: dict[str, Any] = {"output_dir": None}
+            if result.output_dir and (landed / result.rollout_id).is_dir():
+                here = self.output_root / result.rollout_id
+                here.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(landed / result.rollout_id, here)
+                update["output_dir"] = str(here)
+            moved.append(result.model_copy(update=update))
+        with contextlib.suppress(OSError):
+            landed.rmdir()
+        return moved
 
 
 def write_record(out: Path, rollout: CollectedRollout) -> Path:
@@ -157,8 +192,13 @@ def summary_rows(collected: list[CollectedRollout]) -> list[dict[str, Any]]:
 def default_control_token() -> str | None:
     if token := os.environ.get(envs.VERI_CONTROL_TOKEN):
         return token
-    state = Path(os.environ.get("VERI_STATE_DIR", REPO_ROOT / "build" / "state")) / "control_token"
+    state = state_dir() / "control_token"
     return state.read_text().strip() if state.is_file() else None
+
+
+def state_dir() -> Path:
+    """The stack's state folder on this machine (make up's VERI_STATE_DIR)."""
+    return Path(os.environ.get(envs.VERI_STATE_DIR) or REPO_ROOT / "build" / "state")
 
 
 def load_task(task_json: str | None, dataset: Path | None, index: int) -> dict[str, Any]:

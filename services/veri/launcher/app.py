@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import structlog
 from fastapi import FastAPI
@@ -40,12 +41,22 @@ def make_backend(settings: LauncherSettings) -> SandboxBackend:
             proxy_port=settings.proxy_port, max_sandboxes=settings.max_parallel_rollouts,
             create_per_second=settings.create_per_second, create_burst=settings.create_burst,
             egress=settings.sandbox_egress, registry_insecure=settings.registry_insecure,
-            kubeconfig=settings.kubeconfig)
+            kubeconfig=settings.kubeconfig, host_aliases=settings.host_aliases or None,
+            output_host_path=_on_host(settings.output_root, settings.host_paths))
     from veri.launcher.docker_backend import DockerBackend
 
     return DockerBackend(network=settings.network, unsafe_runc=settings.unsafe_runc,
                          launcher_id=settings.launcher_id, max_sandboxes=settings.max_parallel_rollouts,
                          host_paths=settings.host_paths or None)
+
+
+def _on_host(path: Path, host_paths: dict[str, str]) -> str | None:
+    """`path` as the host sees it, through the longest --host-path folder it lies under (None: as here)."""
+    path = path.absolute()
+    for here in sorted(host_paths, key=len, reverse=True):
+        if path.is_relative_to(here):
+            return str(Path(host_paths[here]) / path.relative_to(here))
+    return None
 
 
 def create_app(settings: LauncherSettings, backend: SandboxBackend | None = None) -> FastAPI:

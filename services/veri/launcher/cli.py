@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import sys
 from pathlib import Path
@@ -45,6 +46,10 @@ def register_serve(services: argparse._SubParsersAction) -> None:
     k8s.add_argument("--sandbox-egress", choices=("web", "none"), default="web",
                      help="without --registry (no image labels to read): every rollout pod reaches the proxy and "
                           "the public web (web), or only the proxy (none)")
+    k8s.add_argument("--host-alias", action="append", default=[], metavar="NAME=IP",
+                     help="pin NAME to IP in every rollout pod's /etc/hosts (hostAliases; the NetworkPolicies allow "
+                          "IP): a proxy and web fixture outside the cluster, e.g. proxy=10.0.0.5 (compose's "
+                          "VERI_K8S_STACK_ADDRESS). The output root's node path comes from --host-path")
     launcher.add_argument("--host", default="127.0.0.1")
     launcher.add_argument("--port", type=int, default=8002)
     launcher.set_defaults(func=_serve)
@@ -65,6 +70,18 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"veri serve launcher: --host-path {item!r} is not HERE=HOST", file=sys.stderr)
             return 2
         host_paths[here] = host
+    host_aliases = {}
+    for item in args.host_alias:
+        name, sep, ip = item.partition("=")
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            sep = ""
+        if not sep or not name:
+            print(f"veri serve launcher: --host-alias {item!r} is not NAME=IP (an IP address, e.g. "
+                  "proxy=10.0.0.5)", file=sys.stderr)
+            return 2
+        host_aliases[name] = ip
     settings = LauncherSettings(
         backend=args.backend, network=args.network, output_root=args.output_root, launcher_id=args.launcher_id,
         max_parallel_rollouts=args.max_parallel, unsafe_runc=args.unsafe_runc,
@@ -72,7 +89,7 @@ def _serve(args: argparse.Namespace) -> int:
         namespace=args.namespace, runtime_class=args.runtime_class, registry=args.registry,
         output_claim=args.output_claim, kubeconfig=args.kubeconfig, proxy_port=args.proxy_port,
         create_per_second=args.create_per_second, create_burst=args.create_burst,
-        sandbox_egress=args.sandbox_egress, registry_insecure=args.registry_insecure,
+        sandbox_egress=args.sandbox_egress, registry_insecure=args.registry_insecure, host_aliases=host_aliases,
     )
     try:
         serve(settings, args.host, args.port)

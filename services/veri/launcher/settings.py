@@ -45,3 +45,7 @@ class LauncherSettings(BaseSettings):
                                    "web) or none (proxy only) for every rollout pod"
     )
     registry_insecure: bool = Field(default=False, description="the registry speaks http, not https")
+    host_aliases: dict[str, str] = Field(
+        default_factory=dict, description="name -> IP pinned in every rollout pod's /etc/hosts (a stack outside "
+                                          "the cluster: its proxy and web fixture), allowed by the NetworkPolicies"
+    )

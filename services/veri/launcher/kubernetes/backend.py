@@ -81,19 +81,27 @@ class KubernetesBackend:
         egress: Egress = "web",
         registry_insecure: bool = False,
         kubeconfig: Path | None = None,
+        host_aliases: dict[str, str] | None = None,
+        output_host_path: str | None = None,
         api_client: client.ApiClient | None = None,
     ) -> None:
         """Checks the cluster before anything runs (namespace, RuntimeClass) and makes the namespace's
-        NetworkPolicies; raises SandboxUnavailable with the fix when it cannot."""
+        NetworkPolicies; raises SandboxUnavailable with the fix when it cannot.
+
+        `host_aliases` (name -> IP): pinned in every rollout pod's /etc/hosts, allowed by its policies.
+        `output_host_path`: the output root's path on the node (the hostPath), when this process sees
+        it elsewhere (a launcher container: compose.kubernetes.yaml); default the output root."""
         self.runtime = runtime_class
         try:
             registry = check_registry(registry) if registry else None
         except RegistryError as exc:
             raise SandboxUnavailable(str(exc)) from None
         self.pod = PodSettings(namespace=namespace, launcher_id=launcher_id, runtime_class=runtime_class,
-                               registry=registry, service_account=service_account)
+                               registry=registry, service_account=service_account,
+                               host_aliases=dict(host_aliases or {}) or None)
         self.output_root = Path(output_root).absolute()
-        self.output = OutputVolume(claim=output_claim, host_path=None if output_claim else str(self.output_root))
+        self.output = OutputVolume(claim=output_claim,
+                                   host_path=None if output_claim else output_host_path or str(self.output_root))
         self.max_sandboxes = max_sandboxes
         self.image_egress = ImageEgress(registry, fallback=egress, insecure=registry_insecure)
         self.create_per_second, self.create_burst = create_per_second, create_burst
@@ -114,7 +122,7 @@ class KubernetesBackend:
         self._check_cluster()
         for policy in objects.network_policies(
                 namespace, launcher_id, proxy_selector or {"app.kubernetes.io/name": "veri-proxy"},
-                proxy_port, proxy_namespace):
+                proxy_port, proxy_namespace, tuple((host_aliases or {}).values())):
             self._apply_policy(policy)
 
     # --- the SandboxBackend protocol ------------------------------------------------------------

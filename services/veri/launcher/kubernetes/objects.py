@@ -59,6 +59,9 @@ class PodSettings:
     registry: str | None = None  # image prefix of a private registry (veri harness push --registry)
     service_account: str | None = None  # a service account without API rights; the token is never mounted
     node_selector: dict[str, str] | None = None
+    # Names the cluster's DNS does not serve, pinned in each pod's /etc/hosts (hostAliases): the proxy
+    # and web fixture of a compose stack outside the cluster (compose.kubernetes.yaml), name -> IP.
+    host_aliases: dict[str, str] | None = None
 
 
 def object_name(rollout_id: str) -> str:
@@ -169,6 +172,8 @@ def job_manifest(launch: RolloutLaunch, name: str, pod: PodSettings, output: Out
         spec["serviceAccountName"] = pod.service_account
     if pod.node_selector:
         spec["nodeSelector"] = dict(pod.node_selector)
+    if pod.host_aliases:
+        spec["hostAliases"] = host_aliases(pod.host_aliases)
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": pod.namespace, "labels": labels, "annotations": annotations},
@@ -181,24 +186,37 @@ def job_manifest(launch: RolloutLaunch, name: str, pod: PodSettings, output: Out
     }
 
 
+def host_aliases(aliases: dict[str, str]) -> list[dict[str, Any]]:
+    """{name: ip} as the pod spec's hostAliases, one entry per address."""
+    by_ip: dict[str, list[str]] = {}
+    for name, ip in aliases.items():
+        by_ip.setdefault(ip, []).append(name)
+    return [{"ip": ip, "hostnames": sorted(names)} for ip, names in sorted(by_ip.items())]
+
+
 def network_policies(namespace: str, launcher_id: str, proxy_selector: dict[str, str], proxy_port: int,
-                     proxy_namespace: str | None = None) -> list[dict[str, Any]]:
+                     proxy_namespace: str | None = None, outside_hosts: tuple[str, ...] = ()
+                     ) -> list[dict[str, Any]]:
     """One policy per egress mode over this launcher's rollout pods. Every rollout pod is isolated both
     ways: no ingress at all; egress to the proxy's rollout port and DNS, and for `web` to public
     addresses (not the cluster's or other private ranges) and pods labelled `veri.web: "1"`. Policies
     add up, so each pod is selected by exactly one (its `veri.egress` label). Only a CNI that enforces
-    NetworkPolicy makes these real."""
+    NetworkPolicy makes these real.
+
+    `outside_hosts`: the addresses of the host aliases (a stack outside the cluster): every pod may
+    reach them on the proxy's port, `web` pods on any port (the stack's web fixture)."""
     proxy_peer: dict[str, Any] = {"podSelector": {"matchLabels": dict(proxy_selector)}}
     if proxy_namespace and proxy_namespace != namespace:
         proxy_peer["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": proxy_namespace}}
-    to_proxy = {"to": [proxy_peer], "ports": [{"protocol": "TCP", "port": proxy_port}]}
+    outside = [{"ipBlock": {"cidr": f"{ip}/32"}} for ip in sorted(set(outside_hosts))]
+    to_proxy = {"to": [proxy_peer, *outside], "ports": [{"protocol": "TCP", "port": proxy_port}]}
     dns = {"to": [{"namespaceSelector": {},
                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
     web = {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(PRIVATE_RANGES)}}],
            "ports": [{"protocol": "TCP", "port": 80}, {"protocol": "TCP", "port": 443}]}
     # In-cluster sites that stand for the web (the demo's webfixture) carry this label.
-    web_sites = {"to": [{"podSelector": {"matchLabels": {LABEL_WEB_SITE: "1"}}}]}
+    web_sites = {"to": [{"podSelector": {"matchLabels": {LABEL_WEB_SITE: "1"}}}, *outside]}
     rules: dict[Egress, list[dict[str, Any]]] = {"none": [to_proxy, dns], "web": [to_proxy, dns, web, web_sites]}
     launcher = label_value(launcher_id)
     return [
