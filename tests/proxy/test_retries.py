@@ -14,6 +14,7 @@ import anthropic
 import httpx
 import httpx2
 import openai
+import orjson
 import pytest
 
 from tests.core.spans import make_span
@@ -23,7 +24,8 @@ from tests.servers import start_server
 from veri.core.episodes import Rule, build_episode
 from veri.core.records import SessionInfo, Span
 from veri.proxy.control_client import ControlClient
-from veri.proxy.history import RETRY_COUNT_HEADER
+from veri.proxy.history import RETRY_COUNT_HEADER, request_key
+from veri.proxy.long_texts import TEXT_KEYS
 from veri.proxy.store import SpanStore
 
 SLOW_S = 3.0  # the policy's delay on a slow call
@@ -234,3 +236,16 @@ def test_the_store_answers_for_the_latest_try_of_a_request(tmp_path):
     assert store.add_retry("r-1", 0, 5.0).retried_at == [5.0]
     assert store.spans("r-1")[0].retried_at == [5.0]
     store.close()
+
+
+def test_a_request_key_counts_long_strings_by_key_and_where_they_are():
+    system = "You are a careful agent. " * 100  # a long text: it counts by its key (long_texts.TEXT_KEYS)
+    body = {"model": "m", "messages": [{"role": "system", "content": system}, {"role": "user", "content": "hi"}]}
+    path = "/r/x/v1/chat/completions"
+    assert request_key(path, body) == request_key(path, dict(reversed(body.items())))  # key order aside
+    assert request_key(path, body) == request_key(path, orjson.loads(orjson.dumps(body)))  # another copy
+    holding_the_key = {**body, "messages": [{"role": "system", "content": TEXT_KEYS.key(system)},
+                                            body["messages"][1]]}
+    assert request_key(path, holding_the_key) != request_key(path, body)
+    other_text = {**body, "messages": [{"role": "system", "content": system + "!"}, body["messages"][1]]}
+    assert request_key(path, other_text) != request_key(path, body)

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from veri.proxy.long_texts import LongTexts
 
 
 def content_text(content: Any) -> str:
@@ -62,9 +65,22 @@ class ConversationHashes:
     without hashing the conversation again (a call's span is keyed by its messages + the reply)."""
 
     def __init__(self, tools: list[dict[str, Any]] | None, messages: list[dict[str, Any]]):
-        self._digest = hashlib.blake2b(orjson.dumps(tools or [], option=orjson.OPT_SORT_KEYS), digest_size=16)
+        tools_json = orjson.dumps(tools or [], option=orjson.OPT_SORT_KEYS)
         self.hashes: list[str] = []
-        for message in messages:
+        rest = messages
+        if messages:  # every rollout opens with the same system prompt and tools: that digest is kept
+            first = orjson.dumps(canonical_message(messages[0]), option=orjson.OPT_SORT_KEYS)
+            opening = _OPENINGS.get((tools_json, first))
+            if opening is None:
+                opening = hashlib.blake2b(tools_json, digest_size=16)
+                opening.update(first)
+                _remember_opening((tools_json, first), opening)
+            self._digest = opening.copy()
+            self.hashes.append(opening.hexdigest())
+            rest = messages[1:]
+        else:
+            self._digest = hashlib.blake2b(tools_json, digest_size=16)
+        for message in rest:
             self._digest.update(orjson.dumps(canonical_message(message), option=orjson.OPT_SORT_KEYS))
             self.hashes.append(self._digest.copy().hexdigest())
 
@@ -72,6 +88,17 @@ class ConversationHashes:
         digest = self._digest.copy()
         digest.update(orjson.dumps(canonical_message(message), option=orjson.OPT_SORT_KEYS))
         return digest.hexdigest()
+
+
+# (tools, first message) as hashed -> the digest after them; the same opening hashed once per worker.
+_OPENINGS: OrderedDict[tuple[bytes, bytes], Any] = OrderedDict()
+_KEPT_OPENINGS = 16
+
+
+def _remember_opening(key: tuple[bytes, bytes], digest: Any) -> None:
+    _OPENINGS[key] = digest
+    if len(_OPENINGS) > _KEPT_OPENINGS:
+        _OPENINGS.popitem(last=False)
 
 
 def first_difference(earlier: list[dict[str, Any]], later: list[dict[str, Any]]) -> str:
@@ -110,7 +137,13 @@ class RequestIdentity:
 
 
 def request_key(path: str, body: dict[str, Any]) -> str:
-    """Identifies a request by its route and body (keys in any order), so a client's retry matches it."""
+    """Identifies a request by its route and body (keys in any order), so a client's retry matches it.
+
+    Long strings count by their key (`long_texts`: the system prompt resent by every call is not hashed
+    again), and where they were is part of it, so a body holding such a key as its text differs."""
+    texts = LongTexts()
+    short = texts.split(body, [])
     digest = hashlib.blake2b(path.encode(), digest_size=16)
-    digest.update(orjson.dumps(body, option=orjson.OPT_SORT_KEYS))
+    digest.update(orjson.dumps(short, option=orjson.OPT_SORT_KEYS))
+    digest.update(b"\n".join(sorted(orjson.dumps(at) for at in texts.at)))
     return digest.hexdigest()
