@@ -1,0 +1,154 @@
+"""The stack with its rollouts on the real kubelet, the way a user runs it: `make up` with
+VERI_LAUNCHER_BACKEND=kubernetes (compose.kubernetes.yaml: the stack's launcher container makes one Job
+per rollout, gVisor RuntimeClass -> runsc, through the tier's kubeconfig), then `veri run-harness
+--sandbox launcher` of the URL bundle and `make train` two steps on the tiny model.
+
+How the pods reach the stack: with no CNI the kubelet (dockershim) puts each pod in Docker's default
+bridge, so the host is their gateway (VERI_K8S_STACK_ADDRESS); the proxy's rollout port and the web
+fixture are published there, and the launcher pins `proxy` and `webfixture` to it in the pods'
+/etc/hosts. The apiserver also listens there (cluster.kubelet_cluster), which is how the launcher
+container reaches it. Scripted replies (as tests/stack) make the random tiny model fetch and answer.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.demo.conftest import answer_rule, fetch_rule, tool_call
+from tests.kubernetes.cluster import KUBELET_NODE, KubeCluster, fresh_namespace, pod_network_gateway
+from tests.servers import free_port
+from tests.stack.conftest import DATASET, OPENAI_TASK, Stack, dataset_row
+from veri.core.rollouts import RolloutRecord
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # make up / make train may rebuild veri/runtime
+
+REPO = Path(__file__).resolve().parents[2]
+JOB = "tests/stack/train_job/job.yaml"  # 2 steps x 4 rollouts: one scripted URL task, one free task
+ROLLOUT_LABEL = "veri.sandbox=1"
+
+
+def launcher_kubeconfig(cluster: KubeCluster, address: str, out: Path) -> Path:
+    """The admin kubeconfig with the server at `address` (a container cannot reach the host's 127.0.0.1)
+    and the CA inline (its file is not in the container)."""
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    entry = config["clusters"][0]["cluster"]
+    ca = Path(entry.pop("certificate-authority")).read_bytes()
+    entry["certificate-authority-data"] = base64.b64encode(ca).decode()
+    entry["server"] = cluster.server.replace("127.0.0.1", address)
+    out.write_text(yaml.safe_dump(config))
+    out.chmod(0o600)
+    return out
+
+
+def pods_started(cluster: KubeCluster, namespace: str) -> set[str]:
+    """The pods the kubelet started in `namespace` (its `Started` events outlive the pods)."""
+    from kubernetes import client
+
+    events = client.CoreV1Api(cluster.api_client()).list_namespaced_event(namespace).items
+    return {e.involved_object.name for e in events
+            if e.reason == "Started" and e.involved_object.kind == "Pod" and e.source.host == KUBELET_NODE}
+
+
+def leftovers(cluster: KubeCluster, namespace: str) -> dict[str, list[str]]:
+    from kubernetes import client
+
+    api = cluster.api_client()
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    found = {
+        "jobs": batch.list_namespaced_job(namespace, label_selector=ROLLOUT_LABEL).items,
+        "pods": core.list_namespaced_pod(namespace, label_selector=ROLLOUT_LABEL).items,
+        "secrets": core.list_namespaced_secret(namespace, label_selector=ROLLOUT_LABEL).items,
+    }
+    return {kind: [item.metadata.name for item in items] for kind, items in found.items() if items}
+
+
+@pytest.fixture(scope="module")
+def kubelet_stack(k8s_kubelet_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[tuple[Stack, str]]:
+    """`make up` with the kubernetes launcher on the tier's cluster; (the stack, its namespace)."""
+    state = tmp_path_factory.mktemp("k8s-stack-state")
+    rows = [json.loads(line) for line in DATASET.read_text().splitlines()]
+    rules = [answer_rule(row) for row in rows]  # answer rules first: the page is the last turn then
+    rules += [fetch_rule(row, tool_call("fetch_url", {"url": row["url"]})) for row in rows]
+    (state / "script.json").write_text(json.dumps(rules))
+    address = pod_network_gateway()
+    kubeconfig = launcher_kubeconfig(k8s_kubelet_cluster, address, tmp_path_factory.mktemp("k8s") / "kubeconfig")
+    port = free_port()
+    project = f"veri-k8s-{os.getpid()}"
+    with fresh_namespace(k8s_kubelet_cluster) as namespace:
+        env = {**os.environ, "VERI_PROJECT": project, "VERI_STATE_DIR": str(state), "VERI_PROXY_PORT": str(port),
+               "VERI_CONSOLE_PORT": str(free_port()), "VERI_ROLLOUTS_NETWORK": f"{project}-rollouts",
+               "VERI_POLICY_SCRIPTED_REPLIES": "/state/script.json", "VERI_PROXY_URL": f"http://127.0.0.1:{port}",
+               "VERI_LAUNCHER_BACKEND": "kubernetes", "VERI_LAUNCHER_KUBECONFIG": str(kubeconfig),
+               "VERI_LAUNCHER_NAMESPACE": namespace, "VERI_K8S_STACK_ADDRESS": address,
+               "VERI_K8S_PROXY_PORT": str(free_port()), "VERI_LAUNCHER_PORT": str(free_port())}
+        up = subprocess.run(["make", "--no-print-directory", "up"], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=1800)
+        try:
+            assert up.returncode == 0, f"make up failed:\n{up.stdout[-3000:]}\n{up.stderr[-5000:]}"
+            yield Stack(env=env, proxy_url=f"http://127.0.0.1:{port}", state=state), namespace
+        finally:
+            subprocess.run(["make", "--no-print-directory", "down"], cwd=REPO, env=env, capture_output=True,
+                           timeout=300)
+
+
+def test_run_harness_url_bundle_on_the_kubelet(kubelet_stack, k8s_kubelet_cluster, tmp_path):
+    stack, namespace = kubelet_stack
+    expected = dataset_row(OPENAI_TASK)["expected_url"]
+    done = stack.veri("run-harness", "--bundle", "harness-bundles/url_extract_openai", "--dataset",
+                      "config/data/url_extract.jsonl", "--index", str(OPENAI_TASK), "-n", "2", "--out", str(tmp_path),
+                      "--sandbox", "launcher", "--no-up", "--max-turns", "4")
+    assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    records = [RolloutRecord.model_validate_json(p.read_text())
+               for p in sorted((tmp_path / f"task-{OPENAI_TASK}").glob("*.json"))]
+    assert len(records) == 2
+    for record in records:
+        assert record.status == "completed", record.episode.verdicts
+        # fetched the page from the web fixture (through the pod's hostAlias), then answered
+        assert [s.prompt_source for s in record.spans] == ["full_render", "bridged"]
+        assert record.spans[-1].reply_message["content"] == f"ANSWER: {expected}"
+        assert all(span.prompt_token_ids and span.completion_token_ids and span.completion_logprobs
+                   for span in record.spans)
+        assert record.episode.row is not None and not record.episode.verdicts
+    answers = sorted((tmp_path / "outputs").rglob("answer.txt"))  # written in the pods, moved here
+    assert [a.read_text().strip() for a in answers] == [expected, expected]
+    launcher = httpx.get(f"http://127.0.0.1:{stack.env['VERI_LAUNCHER_PORT']}/health", timeout=10).json()
+    assert launcher["backend"] == "kubernetes", launcher
+    assert len(pods_started(k8s_kubelet_cluster, namespace)) >= 2  # gVisor pods on the kubelet's node
+    assert not leftovers(k8s_kubelet_cluster, namespace)
+
+
+def test_make_train_two_steps_on_the_kubelet(kubelet_stack, k8s_kubelet_cluster):
+    stack, namespace = kubelet_stack
+    name = f"k8s-{os.getpid()}"
+    done = subprocess.run(["make", "--no-print-directory", "train", f"CONFIG={JOB}", f"NAME={name}"],
+                          cwd=REPO, env=stack.env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, f"{done.stdout[-5000:]}\n{done.stderr[-5000:]}"
+    job = stack.state / "jobs" / name
+    metrics = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [0, 1]
+    for step in (0, 1):
+        records = [RolloutRecord.model_validate_json(p.read_text())
+                   for p in sorted((job / "trajectories" / f"step-{step}").rglob("rollout-*.json"))]
+        assert len(records) == 4
+        for record in records:
+            assert record.status == "completed" and record.trainable, record.verdicts
+            assert record.spans and all(span.completion_token_ids and span.completion_logprobs
+                                        for span in record.spans)
+            assert {span.policy_version for span in record.spans} == {step}
+            assert record.reward is not None
+        scripted = [r for r in records if r.task["expected_url"] != "https://nothing.test/"]
+        assert [r.reward.per_function["reward"] for r in scripted] == [1.0, 1.0]  # fetched through the pod
+    # the launcher's Jobs ran on the kubelet's node (the namespace's events say so) and are gone, with
+    # their pods and Secrets
+    assert len(pods_started(k8s_kubelet_cluster, namespace)) >= 8  # 2 steps x 4 (and run-harness's, if it ran)
+    assert not leftovers(k8s_kubelet_cluster, namespace)
