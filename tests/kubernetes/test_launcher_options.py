@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -10,7 +11,8 @@ import pytest
 
 from veri.launcher.app import _on_host
 
-VERI = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "veri"
+REPO = Path(__file__).resolve().parents[2]
+VERI = REPO / ".venv" / "bin" / "veri"
 
 
 @pytest.mark.parametrize("alias", ["proxy", "proxy=", "=10.0.0.5", "proxy=my-host"])
@@ -27,3 +29,35 @@ def test_the_output_root_on_the_node_follows_the_longest_host_path() -> None:
     assert _on_host(Path("/state/outputs"), paths) == "/mnt/shared/outputs"
     assert _on_host(Path("/state/other"), paths) == "/srv/veri/state/other"
     assert _on_host(Path("/elsewhere"), paths) is None  # as this process sees it
+
+
+def compose_files(env: dict[str, str]) -> subprocess.CompletedProcess:
+    """scripts/stack/compose_files.sh as up.sh and train.sh source it; prints the COMPOSE_FILE it leaves."""
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("VERI_", "COMPOSE_FILE"))}
+    return subprocess.run(["bash", "-c", "set -euo pipefail; source scripts/stack/compose_files.sh; "
+                           "echo \"${COMPOSE_FILE:-} ${VERI_K8S_PROXY_PORT:-unset}\""],
+                          cwd=REPO, env={**keep, **env}, capture_output=True, text=True, timeout=30)
+
+
+def test_the_stack_picks_its_compose_files_by_launcher_backend(tmp_path: Path) -> None:
+    assert compose_files({}).stdout.split() == ["unset"]  # docker: compose.yaml alone, rollout URLs on 8000
+    assert compose_files({"VERI_K8S_PROXY_PORT": "18000"}).stdout.split() == ["unset"]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\n")
+    k8s = {"VERI_LAUNCHER_BACKEND": "kubernetes", "VERI_LAUNCHER_KUBECONFIG": str(kubeconfig),
+           "VERI_K8S_STACK_ADDRESS": "172.17.0.1", "COMPOSE_FILE": "compose.yaml:/state/compose.policy.yaml"}
+    done = compose_files(k8s)
+    assert done.stdout.split() == ["compose.yaml:/state/compose.policy.yaml:compose.kubernetes.yaml", "8000"]
+    twice = compose_files({**k8s, "COMPOSE_FILE": "compose.yaml:compose.kubernetes.yaml"})
+    assert twice.stdout.split()[0] == "compose.yaml:compose.kubernetes.yaml"  # train.sh then up.sh: added once
+
+
+@pytest.mark.parametrize(("env", "says"), [
+    ({"VERI_LAUNCHER_BACKEND": "kubernetes", "VERI_K8S_STACK_ADDRESS": "10.0.0.5"}, "needs VERI_LAUNCHER_KUBECONFIG"),
+    ({"VERI_LAUNCHER_BACKEND": "kubernetes", "VERI_LAUNCHER_KUBECONFIG": "/etc/hostname"},
+     "needs VERI_K8S_STACK_ADDRESS"),
+    ({"VERI_LAUNCHER_BACKEND": "k8s"}, "the stack's launcher is docker or kubernetes"),
+])
+def test_make_up_names_what_the_kubernetes_launcher_lacks(env: dict[str, str], says: str) -> None:
+    done = compose_files(env)
+    assert done.returncode == 1 and says in done.stderr, done
