@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.core.spans import make_span
 from veri.proxy.store import RecentIds, SharedIds, SpanStore, _SpanIds
 
@@ -59,3 +61,9 @@ def test_the_recent_ids_stay_within_their_budget_latest_rollouts_kept():
     recent.put("r-1", _SpanIds(2, [1], [2], 1))
     recent.put("r-1", _SpanIds(1, [1], [2], 1))  # an older span never replaces the latest
     assert recent.get("r-1", 1) is None and recent.get("r-1", 2) is not None
+
+
+def test_a_foreign_mirror_file_is_refused_naming_the_fix(tmp_path: Path):
+    (tmp_path / "policy_version").write_bytes(b"3")
+    with pytest.raises(RuntimeError, match="remove it"):
+        SpanStore(tmp_path)

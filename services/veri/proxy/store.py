@@ -196,9 +196,21 @@ class PolicyVersionMirror:
     _FORMAT = "<q"
 
     def __init__(self, path: Path) -> None:
-        with path.open("a+b") as file:
-            if os.fstat(file.fileno()).st_size < 8:
-                file.truncate(8)
+        if not path.exists():
+            # Made whole and linked into place: a worker starting beside this one maps 8 written bytes or
+            # makes its own, never a file another is sizing (a map past a file's end is a SIGBUS).
+            staged = path.with_name(f".{path.name}.{os.getpid()}")
+            staged.write_bytes(bytes(8))
+            try:
+                os.link(staged, path)
+            except FileExistsError:
+                pass
+            finally:
+                staged.unlink()
+        with path.open("r+b") as file:
+            if os.fstat(file.fileno()).st_size != 8:
+                raise RuntimeError(f"{path} is not the proxy's 8-byte policy version mirror: remove it (the proxy"
+                                   " makes it again from the span store)")
             self._map = mmap.mmap(file.fileno(), 8)
 
     def read(self) -> int:
