@@ -16,6 +16,6 @@ load:
 	@test -n "$(BUNDLE)" || { echo "usage: make load BUNDLE=build/veri-bundle.tar [DEST=dir]"; exit 2; }
 	@scripts/docker/load.sh $(BUNDLE) $(or $(DEST),.)
 
-# The whole air-gapped path as one test (tests/sandbox/test_airgap.py; opt-in, ~12 min).
+# The whole air-gapped path as one test (tests/sandbox/test_airgap.py; opt-in, ~7 min + make images).
 test-airgap: venv images
 	AIRGAP_TEST=1 $(BIN)/pytest -q -rs -s tests/sandbox/test_airgap.py
