@@ -56,3 +56,12 @@ def test_a_store_from_before_replicas_opens(tmp_path: Path):
     assert store.get_session("r-old").replica == 0 and store.get_session("r-old").status is SessionStatus.OPEN
     store.set_replicas(plan_replicas(["http://a", "http://b"], 1))
     assert store.open_session(None, {}).replica == 1  # r-old holds replica 0
+
+
+def test_counting_open_sessions_reads_an_index_not_every_session(tmp_path: Path):
+    # Each session open counts the open sessions per replica; a store keeps every session it ever had.
+    SpanStore(tmp_path).close()
+    db = sqlite3.connect(tmp_path / "spans.sqlite")
+    plan = db.execute("EXPLAIN QUERY PLAN SELECT replica, COUNT(*) FROM sessions WHERE status = ? GROUP BY replica",
+                      ("open",)).fetchall()
+    assert any("sessions_by_status" in row[-1] for row in plan), plan
