@@ -91,8 +91,9 @@ def measured(tmp_path_factory) -> tuple[dict[str, str], dict[str, str], Path, Pa
         (tree / "services/veri/cli.py").chmod(0o600)
         (tree / "base-images/base/Dockerfile").chmod(0o664)
         (tree / "base-images/base").chmod(0o775)
-        (tree / "services/veri/policy/__init__.py").unlink()  # empty, as services/veri/__init__.py
-        os.link(tree / "services/veri/__init__.py", tree / "services/veri/policy/__init__.py")
+        first, second = sorted(p for p in (tree / "services").rglob("__init__.py") if not p.stat().st_size)[:2]
+        second.unlink()  # the same (empty) file, as a hard link
+        os.link(first, second)
         (tree / "services/veri/core/__pycache__").mkdir(exist_ok=True)
         (tree / "services/veri/core/__pycache__/envs.cpython-311.pyc").write_bytes(b"\0stale")
         (tree / "services/veri.egg-info").mkdir(exist_ok=True)
