@@ -89,6 +89,15 @@ def test_validate_refuses_what_harness_build_refuses(job_dir: Path, manifest: st
     assert reported in found["harness_bundle"]
 
 
+def test_a_shell_snippet_in_the_entrypoint_is_not_taken_for_a_file(job_dir: Path):
+    (job_dir / "bundle" / "veri-harness.toml").write_text(
+        'name = "agent"\nentrypoint = ["sh", "-c", "cd /tmp && python /harness/agent.py"]\n')
+    assert "harness_bundle" not in problems_by_place(check_config(write_job(job_dir, job()), base_dir=job_dir))
+    (job_dir / "bundle" / "veri-harness.toml").write_text('name = "agent"\nentrypoint = ["sh", "./run.sh"]\n')
+    found = problems_by_place(check_config(write_job(job_dir, job()), base_dir=job_dir))
+    assert "entrypoint names './run.sh', which is not in the bundle" in found["harness_bundle"]
+
+
 def test_context_length_against_the_model(job_dir: Path):
     write_model(job_dir / "models/policy", heads=16, positions=4096)
     config = job(backend="vllm", max_model_len=8192, max_response_length=8192, grpo={})

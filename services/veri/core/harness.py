@@ -138,7 +138,9 @@ def _check_files(bundle: Path, manifest: HarnessManifest) -> None:
             raise ManifestError(f"{path}: deps.requirements = {manifest.deps.requirements!r} does not exist in the"
                                 " bundle")
     for arg in manifest.entrypoint:
-        looks_like_file = arg.startswith("./") or (not arg.startswith("-") and arg.endswith(SCRIPT_SUFFIXES))
+        # A shell snippet (`sh -c "cd x && python agent.py"`) is not a file name: its words are the shell's.
+        looks_like_file = not any(c.isspace() for c in arg) and (
+            arg.startswith("./") or (not arg.startswith("-") and arg.endswith(SCRIPT_SUFFIXES)))
         if looks_like_file and not arg.startswith("/") and not (bundle / arg).exists():
             raise ManifestError(f"{path}: entrypoint names {arg!r}, which is not in the bundle\n"
                                 f"    fix: add {arg} to {bundle}, or change entrypoint (it runs from {BUNDLE_MOUNT})")
