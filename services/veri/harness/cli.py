@@ -9,8 +9,12 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from veri.core import envs
+
+if TYPE_CHECKING:
+    from veri.core.episodes import Decoder
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -197,11 +201,12 @@ def _debug(args: argparse.Namespace) -> int:
     """Every record of every file explained; one line for each that cannot be (exit 2), never a traceback."""
     from veri.harness.debug import explain, records_in
 
-    decoder = None
+    decoder: Decoder | None = None
     if args.model is not None:
         from transformers import AutoTokenizer
 
-        decoder = AutoTokenizer.from_pretrained(args.model)
+        # decode() of a list of ids is a str (its annotation allows a batch's list of them too)
+        decoder = AutoTokenizer.from_pretrained(args.model)  # type: ignore[assignment]
     status = 0
     for path in args.files:
         try:

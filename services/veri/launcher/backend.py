@@ -15,8 +15,11 @@ from veri.core.launch import LaunchResult, RolloutLaunch
 
 class SandboxBackend(Protocol):
     name: str  # docker | kubernetes | local
-    # docker: runsc (gVisor) or runc (--unsafe-runc); kubernetes: the RuntimeClass; local: None (no container)
-    runtime: str | None
+
+    @property
+    def runtime(self) -> str | None:
+        """docker: runsc (gVisor) or runc (--unsafe-runc); kubernetes: the RuntimeClass; local: None (no container)."""
+        ...
 
     async def run(self, launch: RolloutLaunch, output_dir: Path) -> LaunchResult:
         """Run one rollout to its end (completed / failed / truncated) and collect its output

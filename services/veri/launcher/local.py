@@ -48,6 +48,7 @@ class LocalBackend:
                 *manifest.entrypoint, cwd=bundle, env=env, stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
             )
+            assert process.stdout is not None and process.stderr is not None  # both PIPE
             stdout, stderr = Tail(launch.limits.log_tail_bytes), Tail(launch.limits.log_tail_bytes)
             readers = asyncio.gather(drain(process.stdout, stdout), drain(process.stderr, stderr))
             try:

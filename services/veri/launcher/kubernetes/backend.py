@@ -217,14 +217,15 @@ class KubernetesBackend:
             now = time.monotonic()
             if condition and ended_at is None:
                 ended_at = now
+            since_end = now - ended_at if ended_at is not None else 0.0
             # The two watches are two threads: the Job's end may come in before its pod's exit code.
             # Give the pod's event EXIT_GRACE_S before deciding without it.
             if condition and condition[0] == "Complete" and (state.exit_code is not None
-                                                              or now - ended_at > EXIT_GRACE_S):
+                                                              or since_end > EXIT_GRACE_S):
                 return RolloutStatus.COMPLETED, state.exit_code or 0, []
             if condition and condition[0] == "Failed" and state.exit_code is not None:
                 return _exit_verdict(state, launch)
-            if condition and condition[0] == "Failed" and now - ended_at > EXIT_GRACE_S:
+            if condition and condition[0] == "Failed" and since_end > EXIT_GRACE_S:
                 return RolloutStatus.FAILED, None, [f"[veri] the Job failed: {condition[1]}: {condition[2]}"]
             if state.waiting_reason in FATAL_WAITING:
                 return RolloutStatus.FAILED, None, [_waiting_note(state, self.pod.registry)]
