@@ -1,6 +1,6 @@
 """Issue 10's service faults, CI-sized: one `veri train` job of 6 steps (2 rollouts each) through the
 launcher service (docker backend, runsc) and a capture proxy container with a restart policy, where
-step 0 loses the proxy, step 1 the launcher, step 2 the policy server and step 4 the trainer itself,
+step 0 loses the proxy, step 1 the launcher (and the console), step 2 the policy server and step 4 the trainer itself,
 each to a kill -9 mid-step, and step 3 dockerd (stopped ~8 s, live-restore; needs root); then a job
 whose archive volume fills up. The checks and the full-size run
 are bench/reliability/scenarios/service_faults.py (`make reliability ONLY=service_faults`)."""
@@ -46,9 +46,9 @@ def test_the_job_survives_kill_9_of_each_service_mid_step(docker_client, tiny_mo
     assert report.rollouts == 12 and report.masked_infra >= 1
     assert report.spans_lost == 0 and report.escapes == 0 and report.server_errors == 0
     if why_not is not None:
-        assert set(report.restarts) == {"proxy", "launcher", "policy"}
+        assert set(report.restarts) == {"proxy", "launcher", "console", "policy"}
         pytest.skip(f"the dockerd step ran without stopping dockerd: {why_not}")
-    assert set(report.restarts) == {"proxy", "launcher", "policy", "dockerd"}
+    assert set(report.restarts) == {"proxy", "launcher", "console", "policy", "dockerd"}
     # dockerd away ~8 s: the step's sandboxes ran on and their rollouts completed (trained, checked above)
     assert report.dockerd_step == {"completed": 2} and report.launcher_away_s
     outage = report.outage

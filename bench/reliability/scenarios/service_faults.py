@@ -9,7 +9,9 @@ does; see `service_stack`):
           has its span (spans_lost).
   step 1  the launcher is killed while its sandboxes run, and started again (it removes the sandboxes
           its dead self left). The group's rollouts end `failed` with an `infrastructure_error`,
-          masked (never scored as a wrong answer); the job goes on.
+          masked (never scored as a wrong answer); the job goes on. The console (`veri serve console`:
+          gunicorn and its worker, one process group) is killed too and started again: it shows the
+          job running, and at the end finished with every step and every archived rollout.
   step 2  the policy server is killed mid-call and started again (version 0: the model folder). The
           proxy answers the call in flight with a 5xx the harness retries; the trainer pushes its
           weights to the restarted server at the step's end and goes on.
@@ -61,6 +63,7 @@ RUNTIME_IMAGE = "veri/runtime"
 # Not tests/sandbox's org.veri.test: a test session that ends sweeps those away, mid-run on a shared box.
 TEST_LABEL = "org.veri.test.service-faults"
 FAULTS = ["proxy", "launcher", "policy", "dockerd", "trainer"]  # step k: FAULTS[k]; one clean step after them
+CONSOLE_STEP = 1  # the console is killed in the launcher's step too: it reads the job's folder, nothing else
 REWARD = '''
 def reward(outputs, **kwargs):
     answer = (outputs[0] / "answer.txt").read_text()
@@ -133,6 +136,7 @@ class HostService:
 class ServiceStack:
     policy: HostService
     launcher: HostService
+    console: HostService  # `veri serve console` (gunicorn, one worker) over the workdir's jobs/
     proxy: Any  # the container
     proxy_url: str  # on the control network, as the trainer's container reaches `proxy:8000`
     proxy_name: str  # its name on the rollouts network, as sandboxes call it
@@ -177,10 +181,13 @@ def service_stack(docker_client: Any, model: Path, workdir: Path) -> Iterator[Se
     launcher = HostService("launcher", ["launcher", "--network", NETWORK, "--launcher-id", launcher_id,
                                         "--output-root", str(workdir / "outputs")],
                            "127.0.0.1", free_port(), logs, env={"VERI_CONTROL_TOKEN": token})
+    console = HostService("console", ["console", "--state", str(workdir)], "127.0.0.1", free_port(), logs)
+    (workdir / "jobs").mkdir(exist_ok=True)
     proxy = None
     try:
         policy.start()
         launcher.start()
+        console.start()
         name = f"veri-rel-faults-proxy-{uuid.uuid4().hex[:6]}"
         published = free_port()
         proxy = docker_client.containers.run(
@@ -198,7 +205,8 @@ def service_stack(docker_client: Any, model: Path, workdir: Path) -> Iterator[Se
         address = proxy.attrs["NetworkSettings"]["Networks"][control.name]["IPAddress"]
         proxy_url = f"http://{address}:8000"
         _wait_restarted(proxy, proxy_url)
-        yield ServiceStack(policy=policy, launcher=launcher, proxy=proxy, proxy_url=proxy_url, proxy_name=name,
+        yield ServiceStack(policy=policy, launcher=launcher, console=console, proxy=proxy, proxy_url=proxy_url,
+                           proxy_name=name,
                            published_url=f"http://127.0.0.1:{published}", spans_dir=spans,
                            output_root=workdir / "outputs", token=token, launcher_id=launcher_id)
     finally:
@@ -206,6 +214,7 @@ def service_stack(docker_client: Any, model: Path, workdir: Path) -> Iterator[Se
             with contextlib.suppress(Exception):
                 (logs / "proxy.log").write_bytes(proxy.logs())
             proxy.remove(force=True)
+        console.stop()
         launcher.stop()
         policy.stop()
         for container in docker_client.containers.list(all=True, filters={"label": f"veri.launcher={launcher_id}"}):
@@ -334,6 +343,9 @@ def run_faults(*, docker_client: Any, stack: ServiceStack, model: Path, image: s
                 continue
             else:
                 report.restarts[service] = kills[service]()
+            if step == CONSOLE_STEP:
+                report.restarts["console"] = _kill_and_start(stack.console, pause_s=1.0)
+                check_console(report, stack.console, job_name, running=True)
         status = trainer.wait(timeout=900)
     except RuntimeError as error:
         report.problems.append(str(error))
@@ -356,6 +368,7 @@ def run_faults(*, docker_client: Any, stack: ServiceStack, model: Path, image: s
 
     control = ControlClient(stack.proxy_url, token=stack.token)
     check_archive(report, jobs / job_name, stack.output_root / job_name, control, per_step=2 * tasks)
+    check_console(report, stack.console, job_name, running=False, rollouts=report.rollouts)
     left = docker_client.containers.list(all=True, filters={"label": f"veri.job={job_name}"})
     report.escapes = len(left)
     from bench.reliability.scenarios.harness_faults import proxy_5xx
@@ -378,6 +391,27 @@ def _kill_and_start(service: HostService, *, pause_s: float) -> float:
     service.kill9()
     time.sleep(pause_s)  # compose restarts a dead container within a second or two
     return service.start() + pause_s
+
+
+def check_console(report: FaultReport, console: HostService, job_name: str, *, running: bool,
+                  rollouts: int = 0) -> None:
+    """The restarted console serves the job: running mid-job; at the end every step and every archived
+    rollout (it reads the job folder, so the kill cost the job nothing and the console nothing)."""
+    try:
+        summary = httpx.get(f"{console.url}/api/jobs/{job_name}/metrics", timeout=30).raise_for_status().json()
+        page = httpx.get(f"{console.url}/api/jobs/{job_name}/rollouts", timeout=30).raise_for_status().json()
+        html = httpx.get(f"{console.url}/jobs/{job_name}", timeout=30).raise_for_status().text
+    except httpx.HTTPError as error:
+        report.problems.append(f"the restarted console did not serve job {job_name}: {error!r}")
+        return
+    if job_name not in html:
+        report.problems.append(f"the restarted console's job page does not name {job_name}")
+    if running and summary["status"] != "running":
+        report.problems.append(f"the restarted console shows job {job_name} {summary['status']}, not running")
+    if not running and (summary["status"], summary["steps_done"], page["total"]) != ("finished", len(FAULTS) + 1,
+                                                                                     rollouts):
+        report.problems.append(f"the console shows {summary['status']}, {summary['steps_done']} steps,"
+                               f" {page['total']} rollouts; expected finished, {len(FAULTS) + 1}, {rollouts}")
 
 
 def check_archive(report: FaultReport, job_dir: Path, outputs: Path, control: Any, *, per_step: int) -> None:
@@ -539,9 +573,9 @@ def run(quick: bool) -> dict[str, Any]:
     restarts = ", ".join(f"{name} back in {seconds:.1f} s" for name, seconds in report.restarts.items())
     outage = report.outage
     return {**row, "outcome": "pass",
-            "notes": f"{len(FAULTS) + 1} steps, mid-step: kill -9 of proxy, launcher, policy, trainer, dockerd "
-                     f"stopped ({restarts}); dockerd step: {_counts(report.dockerd_step)}, the launcher's docker calls "
-                     f"retried for {max(report.launcher_away_s):.1f} s, the proxy answered a "
+            "notes": f"{len(FAULTS) + 1} steps, mid-step: kill -9 of proxy, launcher, console, policy, trainer, "
+                     f"dockerd stopped ({restarts}); dockerd step: {_counts(report.dockerd_step)}, the launcher's "
+                     f"docker calls retried for {max(report.launcher_away_s):.1f} s, the proxy answered a "
                      f"probe sandbox {outage.probe_answers} times while dockerd was down, the probe's exit "
                      f"{outage.probe_exit} read after, published 127.0.0.1 port {outage.published_down} meanwhile "
                      f"(back {outage.published_back_s:.1f} s after dockerd); "
