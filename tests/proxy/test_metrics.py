@@ -14,9 +14,10 @@ from tests.prometheus import Scrape
 from tests.proxy.conftest import proxy_args
 from tests.proxy.test_openai_sdk import _AlternatingClients, _connections_to_each_worker, _run_tool_loop, client_for
 from tests.servers import start_server
-from veri.proxy.app import WORKER_PID_HEADER, create_app
+from veri.proxy.app import create_app
 from veri.proxy.control_client import ControlClient
 from veri.proxy.settings import ProxySettings
+from veri.proxy.timing import WORKER_PID_HEADER
 
 CHAT_ROUTE = "/r/{rollout_id}/v1/chat/completions"
 MESSAGES_ROUTE = "/r/{rollout_id}/v1/messages"

@@ -9,7 +9,7 @@ import openai
 from transformers import AutoTokenizer
 
 from tests.proxy.conftest import WEATHER_TOOL, assert_bridged_chain, fake_weather
-from veri.proxy.app import WORKER_PID_HEADER
+from veri.proxy.timing import WORKER_PID_HEADER
 
 
 def client_for(session) -> openai.OpenAI:

@@ -44,30 +44,6 @@ KEEP_ALIVE_S = 120
 # At 20,000 it is one in ~500, and the cycles waiting for it stay a few MB.
 GC_THRESHOLDS = (20_000, 20, 20)
 
-# Every response names the worker process that served it, so a multi-worker proxy can be shown to
-# spread calls (tests/proxy/test_openai_sdk.py) and a stuck worker can be found in `ps`.
-WORKER_PID_HEADER = "x-veri-proxy-pid"
-
-
-class WorkerPidHeader:
-    """Pure ASGI middleware (no buffering, so streamed replies stay streamed)."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_pid(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                pid = (WORKER_PID_HEADER.encode(), str(os.getpid()).encode())
-                message["headers"] = [*message.get("headers", []), pid]
-            await send(message)
-
-        await self.app(scope, receive, send_with_pid)
-
 
 def create_app(settings: ProxySettings) -> FastAPI:
     metrics = ProxyMetrics()
@@ -101,7 +77,6 @@ def create_app(settings: ProxySettings) -> FastAPI:
     app.state.metrics = metrics
     app.add_middleware(metrics.routes.middleware)
     app.add_middleware(RequestRecorder)
-    app.add_middleware(WorkerPidHeader)
     app.add_middleware(AccessLog)
     app.add_middleware(ServerTiming)
 

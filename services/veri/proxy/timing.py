@@ -9,11 +9,16 @@ time (total much above cpu plus `policy`: the worker waited for a core, or for S
 call (with the version reads around it), `span` stores the span; `gc` the collector's pauses in
 between. Durations in ms. `bench/proxy_overhead.py` reads it to say where a slow call's time went;
 it costs a few perf_counter reads a call.
+
+The same middleware names the worker process that served the call (`x-veri-proxy-pid`), so a
+multi-worker proxy can be shown to spread calls (tests/proxy/test_openai_sdk.py) and a stuck worker
+can be found in `ps`: one middleware hop for both headers.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +26,7 @@ from contextvars import ContextVar
 from typing import Any
 
 HEADER = b"server-timing"
+WORKER_PID_HEADER = "x-veri-proxy-pid"
 
 
 class _GcPauses:
@@ -74,7 +80,8 @@ def phase(name: str) -> Iterator[None]:
 
 
 class ServerTiming:
-    """Pure ASGI middleware: times each HTTP call and adds the header when its reply starts."""
+    """Pure ASGI middleware (no buffering: streamed replies stay streamed): times each HTTP call and adds
+    its header, and the worker's pid, when the reply starts."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -88,7 +95,8 @@ class ServerTiming:
 
         async def send_with_timings(message: Any) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), (HEADER, timings.header())]
+                message["headers"] = [*message.get("headers", []), (HEADER, timings.header()),
+                                      (WORKER_PID_HEADER.encode(), str(os.getpid()).encode())]
             await send(message)
 
         try:
