@@ -61,3 +61,38 @@ def test_the_stack_picks_its_compose_files_by_launcher_backend(tmp_path: Path) -
 def test_make_up_names_what_the_kubernetes_launcher_lacks(env: dict[str, str], says: str) -> None:
     done = compose_files(env)
     assert done.returncode == 1 and says in done.stderr, done
+
+
+def launcher_mounts(env: dict[str, str], tmp_path: Path) -> list[tuple[str, str, str]]:
+    """(type, source, target) of the launcher's mounts in the merged config of the files compose_files.sh
+    picks, rendered by the host's compose (v1 prints short bind syntax, v2 long)."""
+    v2 = subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
+    compose = "docker compose" if v2 else "docker-compose"
+    base = {"VERI_STATE_DIR": str(tmp_path / "state"), "VERI_CONTROL_TOKEN": "t"}
+    done = subprocess.run(["bash", "-c", f"set -euo pipefail; source scripts/stack/compose_files.sh; {compose} config"],
+                          cwd=REPO, env={**os.environ, **base, **env}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    import yaml
+
+    mounts = []
+    for volume in yaml.safe_load(done.stdout)["services"]["launcher"]["volumes"]:
+        if isinstance(volume, str):
+            source, target = volume.split(":")[:2]
+            mounts.append(("bind", source, target))
+        else:
+            mounts.append((volume["type"], volume.get("source", ""), volume["target"]))
+    return mounts
+
+
+def test_a_kubernetes_launcher_has_no_docker_socket(tmp_path: Path) -> None:
+    """Its Jobs need no dockerd, so the stack does not hand it /var/run (root on this box)."""
+    if subprocess.run(["bash", "-c", "command -v docker-compose || docker compose version"],
+                      capture_output=True).returncode != 0:
+        pytest.skip("no docker compose on this machine (make docker installs it)")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\n")
+    assert ("bind", "/var/run", "/host/run") in launcher_mounts({}, tmp_path)
+    k8s = launcher_mounts({"VERI_LAUNCHER_BACKEND": "kubernetes", "VERI_LAUNCHER_KUBECONFIG": str(kubeconfig),
+                           "VERI_K8S_STACK_ADDRESS": "172.17.0.1"}, tmp_path)
+    assert not [mount for mount in k8s if "/var/run" in mount[1] or "docker.sock" in mount[1]], k8s
+    assert ("tmpfs", "", "/host/run") in k8s, k8s
