@@ -27,6 +27,8 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402 - after the repo root is importable
 from rich.table import Table  # noqa: E402
 
+from bench.reliability.scenarios import failing_row  # noqa: E402
+
 SUMMARY = ROOT / "build" / "reliability" / "summary.json"
 COLUMNS = ("scenario", "runs", "outcome", "spans_lost", "5xx", "escapes", "notes")
 
@@ -45,8 +47,7 @@ def run_one(module: ModuleType, quick: bool) -> dict[str, Any]:
         row = dict(module.run(quick))
     except Exception as error:  # noqa: BLE001 - a broken scenario is a failed row, the others still run
         traceback.print_exc()
-        row = {"scenario": module.NAME, "runs": 0, "outcome": "fail", "spans_lost": 0, "5xx": 0, "escapes": 0,
-               "notes": f"raised {type(error).__name__}: {error}".splitlines()[0][:300]}
+        row = {**failing_row(module.NAME), "notes": f"raised {type(error).__name__}: {error}".splitlines()[0][:300]}
     missing = [column for column in COLUMNS if column not in row]
     if missing:
         row = {**row, "outcome": "fail", "notes": f"the scenario's row lacks {missing}; {row.get('notes', '')}"}

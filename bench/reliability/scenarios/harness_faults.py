@@ -41,6 +41,8 @@ import httpx
 import psutil
 import yaml
 
+from bench.reliability.scenarios import failing_row
+
 ROOT = Path(__file__).resolve().parents[3]
 NAME = "harness_faults"
 BUNDLE = ROOT / "tests" / "sandbox" / "bundles" / "harness_faults"
@@ -372,7 +374,7 @@ def sandbox_preflight(row: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
 
 
 def run(quick: bool) -> dict[str, Any]:
-    row: dict[str, Any] = {"scenario": NAME, "runs": 0, "outcome": "fail", "spans_lost": 0, "5xx": 0, "escapes": 0}
+    row = failing_row(NAME)
     model = ROOT / "build" / "models" / "tiny"
     client, refused = sandbox_preflight(row)
     if refused is not None:

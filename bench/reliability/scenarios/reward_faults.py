@@ -20,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from bench.reliability.scenarios import failing_row
+
 ROOT = Path(__file__).resolve().parents[3]
 NAME = "reward_faults"
 REWARD_TIMEOUT_S = 2.0
@@ -138,7 +140,7 @@ def run(quick: bool) -> dict[str, Any]:
 
     steps = 2 if quick else 5
     model = ROOT / "build" / "models" / "tiny"
-    row: dict[str, Any] = {"scenario": NAME, "runs": 0, "outcome": "fail", "spans_lost": 0, "5xx": 0, "escapes": 0}
+    row = failing_row(NAME)
     if not (model / "config.json").is_file():
         return {**row, "notes": "no tiny model: run `make tiny-model`"}
     started = time.monotonic()

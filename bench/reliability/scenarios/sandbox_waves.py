@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[3]
 if str(ROOT) not in sys.path:  # run by bench/reliability/run.py, not from the repo root
     sys.path.insert(0, str(ROOT))
 
+from bench.reliability.scenarios import failing_row  # noqa: E402
 from bench.reliability.scenarios.harness_faults import NETWORK, RssWatch  # noqa: E402
 
 NAME = "sandbox_waves"
@@ -118,7 +119,7 @@ def run(quick: bool) -> dict[str, Any]:
     import docker
 
     waves, wave = (2, 8) if quick else (4, 64)
-    row: dict[str, Any] = {"scenario": NAME, "runs": 0, "outcome": "fail", "spans_lost": 0, "5xx": 0, "escapes": 0}
+    row = failing_row(NAME)
     try:
         client = docker.from_env(timeout=120)
         if "runsc" not in client.info().get("Runtimes", {}):

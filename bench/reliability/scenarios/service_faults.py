@@ -54,6 +54,8 @@ import httpx
 import psutil
 import yaml
 
+from bench.reliability.scenarios import failing_row
+
 ROOT = Path(__file__).resolve().parents[3]
 NAME = "service_faults"
 BUNDLE = ROOT / "tests" / "sandbox" / "bundles" / "service_faults"
@@ -539,7 +541,7 @@ def _is_root() -> bool:
 def run(quick: bool) -> dict[str, Any]:
     from bench.reliability.scenarios.harness_faults import sandbox_preflight
 
-    row: dict[str, Any] = {"scenario": NAME, "runs": 0, "outcome": "fail", "spans_lost": 0, "5xx": 0, "escapes": 0}
+    row = failing_row(NAME)
     model = ROOT / "build" / "models" / "tiny"
     client, refused = sandbox_preflight(row)
     if refused is not None:
