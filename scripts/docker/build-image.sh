@@ -58,8 +58,24 @@ args=()
 while IFS= read -r kv; do [ -z "$kv" ] || args+=(--build-arg "$kv"); done <<<"${BUILD_ARGS:-}"
 parent_ids=$(for p in ${PARENTS:-}; do docker image inspect -f '{{.Id}}' "$p" 2>/dev/null || true; done)
 # Served folders: what make bundle carries of them (no logs, no half-written *.tmp.*: bundle.sh).
-served() { for kv in "${serve[@]}"; do echo "${kv%%=*}"; tar "${normalized[@]}" --exclude='.inputs' \
-  --exclude='*.log' --exclude='*.tmp.*' -C "${kv#*=}" -c . | sha256sum; done; }
+# Their content's sha256 (GBs of wheels: ~8 s a run) is kept in $LOG_DIR/served-digests under the
+# folder's path and a listing of every entry's name, size, mtime and mode, as make trusts mtimes: a
+# file changed, added or removed changes the listing and the content is hashed again.
+served_digest() {
+  local dir=$1 listing cache
+  listing=$(cd "$dir" && find . \( -name .inputs -o -name '*.log' -o -name '*.tmp.*' \) -prune \
+    -o -printf '%p %s %T@ %m %y\n' | LC_ALL=C sort | sha256sum | cut -c1-64)
+  cache="$LOG_DIR/served-digests/$(printf '%s %s' "$(realpath "$dir")" "$listing" | sha256sum | cut -c1-32)"
+  if [ -s "$cache" ]; then cat "$cache"; return; fi
+  mkdir -p "$LOG_DIR/served-digests"
+  if tar "${normalized[@]}" --exclude='.inputs' --exclude='*.log' --exclude='*.tmp.*' -C "$dir" -c . \
+      | sha256sum >"$cache.tmp.$$"; then
+    mv "$cache.tmp.$$" "$cache" && cat "$cache"
+  else  # unreadable: no digest to keep, and one that matches no image (the build then says why)
+    rm -f "$cache.tmp.$$"; echo "unhashed $dir $$"
+  fi
+}
+served() { for kv in "${serve[@]}"; do echo "${kv%%=*}"; served_digest "${kv#*=}"; done; }
 build_args=${BUILD_ARGS:-}
 prefix=${IMAGE_PREFIX:-veri}
 [ "$prefix" = veri ] || build_args=$(sed "s#=$prefix/#=veri/#" <<<"$build_args")

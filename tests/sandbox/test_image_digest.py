@@ -124,3 +124,34 @@ def test_digest_follows_what_goes_into_the_image(measured):
     changed = {tag for tag in after if before[tag] != after[tag]}
     # Children follow their parents' ids, which change once the parent is rebuilt (nothing is, here).
     assert changed == {"veri/runtime", "veri/base", "veri/base-codex-agent"}
+
+
+def test_served_folders_are_hashed_again_only_when_their_listing_changes(tmp_path: Path) -> None:
+    """build-image.sh keeps a served folder's content digest under its listing (names, sizes, mtimes,
+    modes): a rerun reads it instead of hashing GBs of wheels; any edit is hashed afresh."""
+    context, served, logs = tmp_path / "context", tmp_path / "wheels", tmp_path / "logs"
+    context.mkdir()
+    (context / "Dockerfile").write_text("FROM scratch\n")
+    served.mkdir()
+    wheel = served / "a-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"PK-original")
+    out = tmp_path / "digests.txt"
+
+    def digest() -> str:
+        out.unlink(missing_ok=True)
+        env = {**os.environ, "DIGESTS_TO": str(out), "SERVE": f"wheels={served}", "LOG_DIR": str(logs)}
+        env.pop("EXTRA_CA", None)
+        subprocess.run([str(ROOT / "scripts/docker/build-image.sh"), "veri/t", "Dockerfile", "."], cwd=context,
+                       env=env, check=True, capture_output=True)
+        return out.read_text().split()[1]
+
+    first = digest()
+    [kept] = list((logs / "served-digests").iterdir())
+    assert digest() == first
+    kept.write_text("0" * 64 + "  -\n")  # the kept digest is what a rerun with the same listing uses
+    assert digest() != first
+    wheel.write_bytes(b"PK-modified")  # same size, new content (and mtime): hashed again
+    modified = digest()
+    assert modified != first and len(list((logs / "served-digests").iterdir())) == 2
+    wheel.write_bytes(b"PK-original")
+    assert digest() == first  # the content's digest, not the listing's
