@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.servers import RunningServer, start_server
+
+# A suite started in the background by a non-interactive shell (`... &`, nohup) inherits SIGINT
+# ignored, and so would every process it starts: `make train` would shrug off the Ctrl-C that
+# tests/stack/test_train_interrupt.py sends it. Processes started from here get the terminal's default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

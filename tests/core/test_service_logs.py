@@ -7,6 +7,7 @@ tests/trainer/test_archive.py."""
 from __future__ import annotations
 
 import logging
+import time
 
 import httpx
 import pytest
@@ -49,8 +50,14 @@ def test_console_webfixture_and_launcher_log_json(tmp_path):
 def test_policy_logs_json(policy_server):
     httpx.post(f"{policy_server.url}/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 2}, timeout=60)
     httpx.post(f"{policy_server.url}/v1/completions", content=b"{", timeout=60)  # not JSON: a 400
-    logged = requests_logged(json_events(policy_server.log(), "policy"))
-    statuses = [(event["route"], event["status"]) for event in logged if event["path"] == "/v1/completions"]
+    # The access log's line is written once the reply's last byte is sent: the client may read it first.
+    deadline = time.monotonic() + 15
+    while True:
+        logged = requests_logged(json_events(policy_server.log(), "policy"))
+        statuses = [(event["route"], event["status"]) for event in logged if event["path"] == "/v1/completions"]
+        if {("/v1/completions", 200), ("/v1/completions", 400)} <= set(statuses) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert ("/v1/completions", 200) in statuses and ("/v1/completions", 400) in statuses, statuses
 
 
