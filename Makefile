@@ -85,7 +85,7 @@ $(CODEX): | vendor-npm
 	test "$$($@ --version)" = "codex-cli $(CODEX_VERSION)"
 
 test: disk-check venv tiny-model claude-code codex $(TEST_DEPS)
-	VERI_TINY_MODEL=$(TINY_MODEL) VERI_CLAUDE_BIN=$(CLAUDE) VERI_CODEX_BIN=$(CODEX) $(BIN)/pytest -q -rs
+	VERI_TINY_MODEL=$(TINY_MODEL) VERI_CLAUDE_BIN=$(CLAUDE) VERI_CODEX_BIN=$(CODEX) $(BIN)/pytest -q -rs --durations=25
 	@$(MAKE) --no-print-directory test-compose-v2
 
 bench-proxy: venv tiny-model
