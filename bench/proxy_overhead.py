@@ -377,7 +377,7 @@ def main() -> None:
         upstream = stack.enter_context(instant_upstream(reply_ids))
         gateways = [stack.enter_context(veri_proxy(args.model, upstream, args.proxy_workers))]
         if args.al_python.exists():
-            gateways.append(stack.enter_context(agent_lightning(args.al_python, upstream)))
+            gateways.append(stack.enter_context(agent_lightning(args.al_python.absolute(), upstream)))
         else:
             print(f"no Agent Lightning venv at {args.al_python}: veri alone (see this file's docstring)")
         print(f"{'tokens':>6} {'conc':>4} {'gateway':>16} {'direct p50':>11} {'direct p99':>11} "
