@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO / "harness-bundles" / "url_extract_inline"))
 from agent import SYSTEM_PROMPT  # noqa: E402  (the harness's own prompt)
 
 from veri.core.config import RewardConfig  # noqa: E402
-from veri.trainer.rewards import load_reward_functions  # noqa: E402
+from veri.rewards import load_reward_functions  # noqa: E402
 
 REWARDS = REPO / "config/rewards/url_extract.py"
 

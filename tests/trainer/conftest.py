@@ -108,10 +108,10 @@ def build_rollouts(config, proxy_url: str, tokenizer, archive, scorer, outputs: 
     from veri.core.dataset import read_dataset
     from veri.launcher.local import LocalBackend
     from veri.proxy.control_client import ControlClient
+    from veri.rollouts.collect import GroupCollector, LaunchSettings
+    from veri.rollouts.runner import BackendRunner
     from veri.trainer.grpo.rollout_func import HarnessRollouts
     from veri.trainer.grpo.rows import MaskedRow
-    from veri.trainer.rollouts.collect import GroupCollector, LaunchSettings
-    from veri.trainer.rollouts.runner import BackendRunner
     from veri.trainer.ui.progress import StepProgress
     from veri.trainer.weights.sync import PolicyVersions
 

@@ -12,9 +12,9 @@ import torch
 from tests.trainer.records import failed, scored
 from veri.core.episodes import RolloutStatus
 from veri.core.rollouts import RolloutRecord
+from veri.rewards import RewardFunction
 from veri.trainer.grpo.rewards import trl_reward_funcs
 from veri.trainer.grpo.rows import MaskedRow, rollout_output
-from veri.trainer.rewards import RewardFunction
 from veri.trainer.rollouts.tasks import task_key, trl_dataset
 
 

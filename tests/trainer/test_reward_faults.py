@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from bench.reliability.scenarios.reward_faults import check_job, train, write_reward_job
-from tests.trainer.test_rewards import inputs, score
+from tests.rewards.test_rewards import inputs, score
 from veri.core.episodes import Rule
-from veri.trainer.rewards import RewardFunction, RewardScorer
+from veri.rewards import RewardFunction, RewardScorer
 
 
 @pytest.mark.parametrize(("value", "message"), [

@@ -11,8 +11,8 @@ from transformers import AutoTokenizer
 from tests.trainer.conftest import build_rollouts, write_job
 from veri.core.episodes import Rule
 from veri.core.validation import load_config
+from veri.rewards import RewardScorer, load_reward_functions
 from veri.trainer.archive import JobArchive
-from veri.trainer.rewards import RewardScorer, load_reward_functions
 from veri.trainer.rollouts.tasks import task_key
 
 

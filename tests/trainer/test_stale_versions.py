@@ -9,8 +9,8 @@ from tests.core.spans import make_span
 from veri.core.episodes import Effect, RolloutStatus, Rule, build_episode
 from veri.core.launch import LaunchResult
 from veri.core.rollouts import RolloutRecord
+from veri.rollouts.collect import CollectedRollout
 from veri.trainer.grpo.rollout_func import HarnessRollouts
-from veri.trainer.rollouts.collect import CollectedRollout
 from veri.trainer.weights.sync import PolicyVersions
 
 

@@ -17,9 +17,9 @@ from tests.trainer.conftest import MAX_TOKENS, build_rollouts, write_job
 from veri.core.config import JobConfig, parse_config
 from veri.core.layout import GpuInventory
 from veri.core.validation import load_config
+from veri.rewards import RewardScorer, load_reward_functions
 from veri.trainer.archive import JobArchive
 from veri.trainer.grpo.setup import grpo_config_kwargs, lora_config, seat_weight_sync
-from veri.trainer.rewards import RewardScorer, load_reward_functions
 from veri.trainer.rollouts.tasks import task_key
 
 VLLM_JOB = {"backend": "vllm", "max_steps": 7, "rollouts_per_prompt": 4, "lora_rank": 8,

@@ -26,8 +26,8 @@ from veri.core.launch import GroupLaunch, LaunchResult, SandboxLimits
 from veri.core.rollouts import RolloutRecord
 from veri.launcher.backend import SandboxBackend
 from veri.proxy.control_client import ControlClient
-from veri.trainer.rollouts.collect import CollectedRollout, GroupCollector, LaunchSettings
-from veri.trainer.rollouts.runner import BackendRunner, RolloutRunner, sandbox_backend
+from veri.rollouts.collect import CollectedRollout, GroupCollector, LaunchSettings
+from veri.rollouts.runner import BackendRunner, RolloutRunner, sandbox_backend
 
 REPO_ROOT = Path(__file__).resolve().parents[3]  # the checkout (Makefile, build/) in an editable install
 

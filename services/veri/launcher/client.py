@@ -1,5 +1,5 @@
 """`LauncherClient`: the launcher service from the trainer — the same `run_group` as an in-process
-backend runner (veri.trainer.rollouts.runner.RolloutRunner).
+backend runner (veri.rollouts.runner.RolloutRunner).
 
 Like the in-process runner it never raises for a broken sandbox, nor for an unreachable launcher: every
 rollout of the group comes back `failed` with `infrastructure_error` saying what went wrong (the trainer

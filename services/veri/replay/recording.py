@@ -100,9 +100,9 @@ def score(recording: Recording, spans: list[Span], episode: Episode) -> RewardOu
     """The recording's reward functions on these spans (None when it has no task or functions)."""
     if recording.task is None or not recording.rewards:
         return None
-    from veri.trainer.rewards.functions import RewardInputs
-    from veri.trainer.rewards.loading import load_reward_functions
-    from veri.trainer.rewards.scoring import RewardScorer
+    from veri.rewards.functions import RewardInputs
+    from veri.rewards.loading import load_reward_functions
+    from veri.rewards.scoring import RewardScorer
 
     functions = load_reward_functions(recording.rewards, [key for key in recording.task if key != "prompt"])
     ids = episode.row.completion_ids if episode.row is not None else None

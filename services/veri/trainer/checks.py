@@ -9,7 +9,7 @@ calls these through its `TrainerChecks` hook, so every problem is still reported
 from __future__ import annotations
 
 from veri.core.checks import TrainerChecks
+from veri.rewards import check_reward_functions
 from veri.trainer.grpo.checks import check_grpo, unknown_top_level_key
-from veri.trainer.rewards import check_reward_functions
 
 TRAINER_CHECKS = TrainerChecks(rewards=check_reward_functions, grpo=check_grpo, unknown_key=unknown_top_level_key)

@@ -23,6 +23,9 @@ from veri.core.http import HttpCallError
 from veri.core.layout import GpuLayout, LayoutError, WeightSync, plan_from_env
 from veri.launcher.errors import LauncherError
 from veri.proxy.control_client import ControlClient
+from veri.rewards import RewardScorer, load_reward_functions
+from veri.rollouts.collect import GroupCollector, LaunchSettings
+from veri.rollouts.runner import BackendRunner, RolloutRunner, launcher_runner, sandbox_backend
 from veri.trainer.archive import ArchiveLayout, JobArchive, latest_checkpoint, prepare_resume
 from veri.trainer.errors import JobError
 from veri.trainer.gpu_stack import gpu_stack_problems
@@ -31,9 +34,6 @@ from veri.trainer.grpo.rollout_func import HarnessRollouts
 from veri.trainer.grpo.rows import MaskedRow
 from veri.trainer.grpo.setup import build_trainer, grpo_config_kwargs, seat_weight_sync
 from veri.trainer.metrics import TrainerMetrics, observed, serve_trainer_metrics
-from veri.trainer.rewards import RewardScorer, load_reward_functions
-from veri.trainer.rollouts.collect import GroupCollector, LaunchSettings
-from veri.trainer.rollouts.runner import BackendRunner, RolloutRunner, launcher_runner, sandbox_backend
 from veri.trainer.rollouts.tasks import trl_dataset
 from veri.trainer.ui.bars import TrainingBars, use_bars
 from veri.trainer.ui.progress import StepMetricsCallback, StepProgress

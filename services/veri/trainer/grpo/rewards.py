@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from veri.rewards import RewardFunction
 from veri.trainer.grpo.rows import REWARDS_FIELD
-from veri.trainer.rewards import RewardFunction
 
 
 def scored_reward(name: str) -> Callable[..., list[float | None]]:

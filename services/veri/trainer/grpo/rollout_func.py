@@ -28,9 +28,9 @@ from veri.core.episodes import Rule, Verdict
 from veri.core.rollouts import RolloutRecord
 from veri.launcher.group import gather_to_the_end
 from veri.proxy.control_client import ControlClient
+from veri.rewards import RewardInputs, RewardScorer
+from veri.rollouts.collect import CollectedRollout, GroupCollector
 from veri.trainer.grpo.rows import MaskedRow, rollout_output
-from veri.trainer.rewards import RewardInputs, RewardScorer
-from veri.trainer.rollouts.collect import CollectedRollout, GroupCollector
 from veri.trainer.rollouts.tasks import TaskGroup, task_groups
 from veri.trainer.ui.interrupt import run_until_stopped
 from veri.trainer.ui.progress import StepProgress

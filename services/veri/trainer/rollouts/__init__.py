@@ -1,2 +1,2 @@
-"""Running a step's harness rollouts: tasks -> GRPO groups (`tasks`), a group's proxy sessions and
-sandboxes -> rollout records (`collect`), and who runs the sandboxes (`runner`)."""
+"""The trainer's view of rollouts: dataset rows as TRL's task keys and TRL's batch back as GRPO groups
+(`tasks`). Running them is `veri.rollouts`."""

@@ -9,7 +9,7 @@ import pytest
 
 from tests.servers import free_port, start_server
 from veri.proxy.control_client import ControlClient, ControlError
-from veri.trainer.rollouts.collect import until_proxy_answers
+from veri.rollouts.collect import until_proxy_answers
 
 
 def test_a_call_waits_for_the_proxy_to_come_back(tiny_model):

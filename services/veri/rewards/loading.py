@@ -13,7 +13,7 @@ from typing import Any
 from veri.core.config import RewardConfig
 from veri.core.dataset import PROMPT
 from veri.core.problems import Problem, ProblemsError
-from veri.trainer.rewards.functions import DECLARED_ONLY, STANDARD_INPUTS, RewardFunction, one_line
+from veri.rewards.functions import DECLARED_ONLY, STANDARD_INPUTS, RewardFunction, one_line
 
 
 def load_reward_functions(rewards: list[RewardConfig], columns: list[str] | None = None) -> list[RewardFunction]:

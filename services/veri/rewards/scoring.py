@@ -14,7 +14,7 @@ from typing import Any
 
 from veri.core.episodes import Rule, Verdict
 from veri.core.rollouts import RewardOutcome
-from veri.trainer.rewards.functions import RewardFunction, RewardInputs, one_line
+from veri.rewards.functions import RewardFunction, RewardInputs, one_line
 
 
 class RewardScorer:

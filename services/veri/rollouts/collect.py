@@ -26,7 +26,7 @@ from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch, SandboxLi
 from veri.core.records import SessionInfo, Span
 from veri.core.rollouts import RolloutRecord
 from veri.proxy.control_client import ControlClient
-from veri.trainer.rollouts.runner import RolloutRunner
+from veri.rollouts.runner import RolloutRunner
 
 LOG_TAIL_IN_VERDICT = 4000  # characters of stderr / stdout kept in a failed rollout's verdict
 PROXY_RESTART_S = 90.0  # how long a control call that got no answer is tried again (a proxy restarting)
