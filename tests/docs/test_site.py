@@ -22,9 +22,10 @@ REMOTE_ASSET = re.compile(r"<(?:script|link|img|iframe)\b[^>]*(?:src|href)=\"(?:
 
 
 def _offline(command: list[str]) -> list[str]:
-    """No network at all where this box can say so (root: a fresh network namespace)."""
-    if os.geteuid() == 0 and shutil.which("unshare"):
-        return ["unshare", "--net", *command]
+    """No network at all where this box allows it (root: a fresh network namespace, with no interface up)."""
+    isolate = ["unshare", "--net"]
+    if shutil.which("unshare") and subprocess.run([*isolate, "true"], capture_output=True).returncode == 0:
+        return [*isolate, *command]
     return command
 
 
