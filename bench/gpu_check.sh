@@ -7,7 +7,7 @@
 # served logprobs moved with the weights, and proxy vs direct throughput (target >= 0.95).
 #   bench/gpu_check.sh            on the GPUs
 #   DEVICE=cpu bench/gpu_check.sh the same checks on the CPU twin (veri/vllm-cpu): how this script is tested
-# Put the figures in the README's GPU section.
+# Put the figures in docs/benchmarks.md ("The GPU path's checks").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEVICE=${DEVICE:-cuda}

@@ -1,8 +1,10 @@
 # The lint gate, run first by `make test` (TEST_DEPS) and alone by `make lint`
-# (`make help` line: "make lint   ruff + mypy (pyproject.toml) + the VERI_* declaration check"):
+# (`make help` line: "make lint   ruff + mypy (pyproject.toml) + the VERI_* declaration check + the docs' checks"):
 #   ruff   the rules pyproject.toml selects, over every tracked Python file;
 #   mypy   core and the service-boundary clients (pyproject.toml [tool.mypy] files);
-#   tests/core/test_envs.py   every VERI_* variable read anywhere is declared in core/envs.py.
+#   tests/core/test_envs.py   every VERI_* variable read anywhere is declared in core/envs.py;
+#   tests/docs                the docs: generated references match the code, the site builds --strict (links,
+#                             anchors, nav), the README and the commands' help are for the user.
 TEST_DEPS += lint
 
 .PHONY: lint
@@ -10,4 +12,4 @@ TEST_DEPS += lint
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q -p no:cacheprovider tests/core/test_envs.py
+	$(BIN)/pytest -q -p no:cacheprovider tests/core/test_envs.py tests/docs

@@ -1,6 +1,6 @@
 # Issue 10's fault scenarios at full size: bench/reliability/run.py runs bench/reliability/scenarios/*.py
 # and ends with one table (scenario, runs, outcome, spans lost, 5xx, escapes), also written to
-# build/reliability/summary.json. The README's "Reliability" section shows the last full run.
+# build/reliability/summary.json. docs/reliability.md shows the last full run.
 #   make reliability [ONLY=name] [QUICK=1]    (QUICK=1: the CI-sized variants)
 .PHONY: reliability
 

@@ -1,10 +1,14 @@
-"""`veri` command line. Each service owns its subcommands in its own `cli.py` (kept import-light:
-heavy imports such as torch happen inside the command functions)."""
+"""The `veri` command line.
+
+For developers: each service owns its subcommands in its own `cli.py`, kept import-light (heavy imports
+such as torch happen inside the command functions). What a user reads is `DESCRIPTION` and each
+command's help line, which also opens that command's own `--help` (`_describe`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
 
 from veri.appliance import cli as appliance_cli
 from veri.console import cli as console_cli
@@ -18,9 +22,15 @@ from veri.replay import cli as replay_cli
 from veri.trainer import cli as trainer_cli
 from veri.webfixture import cli as webfixture_cli
 
+DESCRIPTION = (
+    "Train an LLM policy with reinforcement learning (GRPO) through your own agent program: veri runs the "
+    "harness in gVisor sandboxes, captures the exact tokens of every model call, scores each rollout and "
+    "trains on it. Start with `veri run-harness` (one harness, no training), then `make train CONFIG=...`."
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="veri", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="veri", description=DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     harness_cli.register(commands)
@@ -40,7 +50,28 @@ def build_parser() -> argparse.ArgumentParser:
     trainer_cli.register(commands)
     appliance_cli.register(commands)
     webfixture_cli.register(commands)
+    _describe(parser)
     return parser
+
+
+def commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ("veri",), line: str | None = None
+) -> Iterator[tuple[tuple[str, ...], str | None, argparse.ArgumentParser]]:
+    """Every command under `parser`, depth first: (its words, the help line its parent lists, its parser)."""
+    yield path, line, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            lines = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, child in action.choices.items():
+                yield from commands(child, (*path, name), lines.get(name))
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Give every subcommand without a description its help line, so `veri X --help` opens with what X does
+    (argparse shows a subcommand's `help` only in its parent's list)."""
+    for _path, line, command in commands(parser):
+        if line and not command.description:
+            command.description = line
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,8 @@
 """The console in a real browser (headless Debian chromium, Selenium) against `veri serve console` over an
 archive written by the trainer's `JobArchive`: the jobs list, logs streaming while the job runs (follow
 and pause), a facet filter narrowing the archive, the token view's trained / masked tokens and the break
-point of a broken trajectory, a download `veri debug` reads. Screenshots: build/test-artifacts/console/."""
+point of a broken trajectory, a download `veri debug` reads, and what an empty plot says (no step yet, no
+tool calls). Screenshots: build/test-artifacts/console/."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.select import Select
 
-from tests.console.archive import write_job
+from tests.console.archive import TIMINGS, Tokens, record, rewritten_rollout, write_job
 from tests.console.browser import chromium, missing_browser, screenshot, wait_for
 from tests.servers import RunningServer, start_server
 from veri.harness.debug import explain, read_records
-from veri.trainer.archive import JobArchive
+from veri.trainer.archive import JobArchive, step_metrics
 
 pytestmark = [pytest.mark.timeout(300)]
 if missing_browser():  # make test installs them (make chromium); a bare pytest run says what to do
@@ -125,3 +126,42 @@ def test_a_download_is_jsonl_that_veri_debug_reads(live, browser):
     path = wait_for(lambda: next(iter(browser.downloads.glob("*rollout-0.jsonl")), None), "the download")
     (record,) = read_records(path)
     assert record["rollout_id"] == "r-1-0" and "degraded by history_rewritten" in explain(record)
+
+
+@pytest.fixture(scope="module")
+def quiet(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[RunningServer]:
+    """Jobs with nothing for some plots: one finished whose steps made no tool call, one finished with no step,
+    one running with no step yet."""
+    state = tmp_path_factory.mktemp("quiet-state")
+    tok = Tokens(tiny_model)
+    with JobArchive(state / "jobs", "no-tools") as archive:
+        archive.start_job(model=str(tiny_model), max_steps=2, config={"model": str(tiny_model)})
+        for step in range(2):
+            records = [record(0, index, rewritten_rollout(tok, step), reward=0.5) for index in range(2)]
+            for item in records:
+                archive.write_rollout(step, item)
+            archive.write_step_metrics(step, step_metrics(records, TIMINGS))
+    with JobArchive(state / "jobs", "no-steps") as archive:
+        archive.start_job(model=str(tiny_model), max_steps=2, config={"model": str(tiny_model)})
+    with JobArchive(state / "jobs", "starting") as running:
+        running.start_job(model=str(tiny_model), max_steps=2, config={"model": str(tiny_model)})
+        with start_server(["serve", "console", "--state", str(state)]) as console:
+            yield console
+
+
+def _plot_text(browser, plot: str) -> str:
+    return wait_for(lambda: browser.find_element(By.ID, plot).text, f"{plot} to be drawn or to say why not")
+
+
+def test_an_empty_plot_says_why(quiet, browser):
+    browser.get(quiet.url + "/jobs/no-tools")
+    assert _plot_text(browser, "plot-parse-failures") == "no tool calls in this job's steps"
+    assert browser.find_elements(By.CSS_SELECTOR, "#plot-reward svg polyline")  # the steps are there
+    screenshot(browser, "job-no-tool-calls")
+
+    browser.get(quiet.url + "/jobs/no-steps")
+    assert _plot_text(browser, "plot-parse-failures") == "no step completed in this job"
+    assert _plot_text(browser, "plot-status") == "no step completed in this job"
+
+    browser.get(quiet.url + "/jobs/starting")
+    assert _plot_text(browser, "plot-parse-failures") == "no completed step yet"

@@ -34,7 +34,7 @@ K8S_BUILD = REPO / "build" / "k8s"
 K8S_BIN = K8S_BUILD / "bin"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 SIM_NODE = "sim-node-0"
-RUNTIME_CLASS = "gvisor"  # what a cluster for veri must have (README): handled by runsc on the nodes
+RUNTIME_CLASS = "gvisor"  # what a cluster for veri must have (docs/kubernetes.md): handled by runsc on the nodes
 # Alpha in 1.20: Job ttlSecondsAfterFinished (the launcher may use it as a backstop for cleanup).
 FEATURE_GATES = "TTLAfterFinished=true"
 

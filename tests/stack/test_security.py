@@ -1,4 +1,4 @@
-"""The security review's checkable claims (README, "Security"): the state folder and control token are
+"""The security review's checkable claims (docs/security.md): the state folder and control token are
 private, the token is compared in constant time everywhere, and `make down && make up` rotates it."""
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ class HarnessManifest(BaseModel):
     entrypoint: list[str] = Field(min_length=1, description='argv run from /harness, e.g. ["python", "agent.py"]')
     base_image: str = Field(default="veri/base", description="veri/base, veri/base-claude-agent, or your own")
     protocol: Literal["openai", "anthropic"] = Field(default="openai", description="which SDK the harness speaks")
-    deps: HarnessDeps = Field(default_factory=HarnessDeps)
+    deps: HarnessDeps = Field(default_factory=HarnessDeps, description="what the image installs when it is built")
     # Enforced by the launcher (core/egress.py): a harness that ignores HTTP(S)_PROXY is stopped too.
     egress: str | list[str] = Field(default=egress_policy.EGRESS_OPEN,
                                     description='"open", "none", or a list of host[:port] the sandbox may reach')

@@ -15,7 +15,7 @@ def register_serve(services: argparse._SubParsersAction) -> None:
     launcher = services.add_parser(
         "launcher", help="the sandbox launcher (one gVisor container per rollout, Docker SDK)",
         description="Run groups of harness rollouts in sandboxes: POST /v1/groups (GroupLaunch JSON) answers "
-                    "one LaunchResult per rollout when the group is done. Needs the docker socket.",
+                    "one LaunchResult per rollout when the group is done. The docker backend needs the docker socket.",
     )
     launcher.add_argument("--backend", choices=("docker", "kubernetes", "local"), default="docker",
                           help="docker: gVisor sandboxes (default); kubernetes: one Job per rollout (gVisor "

@@ -76,9 +76,14 @@ function legend(box, names, colors) {
   box.append(list);
 }
 
-function linePlot(box, xs, series, band) {
+// An empty plot says why (`empty`): no step has completed (`noStep`: "yet" while the job runs), or the steps
+// have no value for it (`none`: the plot's own reason).
+function linePlot(box, xs, series, empty, band = null) {
   const values = series.flatMap((s) => s.values).concat(band ? band.lo.concat(band.hi) : []).filter(Number.isFinite);
-  if (!xs.length || !values.length) { box.textContent = "no completed step yet"; return; }
+  if (!xs.length || !values.length) {
+    box.textContent = xs.length ? empty.none || "no values in this job's steps" : empty.noStep;
+    return;
+  }
   const {svg, sx, sy} = frame(box, xs, Math.min(...values), Math.max(...values));
   if (band) {
     const top = xs.map((x, i) => [x, band.hi[i]]).filter((p) => Number.isFinite(p[1]));
@@ -97,9 +102,9 @@ function linePlot(box, xs, series, band) {
   legend(box, band ? [...names, band.name] : names, band ? [...names.map((_, i) => COLORS[i % COLORS.length]), "rgba(37, 99, 235, 0.25)"] : null);
 }
 
-function barPlot(box, xs, stacks) {
+function barPlot(box, xs, stacks, empty) {
   const totals = xs.map((_, j) => stacks.reduce((sum, s) => sum + (Number.isFinite(s.values[j]) ? s.values[j] : 0), 0));
-  if (!xs.length) { box.textContent = "no completed step yet"; return; }
+  if (!xs.length) { box.textContent = empty.noStep; return; }
   const {svg, sy} = frame(box, xs, 0, Math.max(...totals, 1), true);
   // One band per step inside the axes, so a bar never covers the tick labels.
   const band = (W - PAD.l - PAD.r) / xs.length;
@@ -119,34 +124,38 @@ function barPlot(box, xs, stacks) {
   legend(box, stacks.map((s) => s.name));
 }
 
-function drawPlots(metrics) {
+function drawPlots(metrics, running) {
+  const noStep = running ? "no completed step yet" : "no step completed in this job";
+  const empty = (none) => ({noStep, none});
   const xs = metrics.map((m) => m.step);
   const col = (key) => metrics.map((m) => (m[key] === null || m[key] === undefined ? NaN : m[key]));
   const keys = new Set(metrics.flatMap((m) => Object.keys(m)));
   const mean = col("reward/mean"), std = col("reward/std");
   linePlot(document.getElementById("plot-reward"), xs,
     [{name: "mean", values: mean}, {name: "min", values: col("reward/min"), dashed: true},
-     {name: "max", values: col("reward/max"), dashed: true}],
+     {name: "max", values: col("reward/max"), dashed: true}], empty("no rollout of this job's steps has a reward"),
     {name: "mean ± std", lo: mean.map((m, i) => m - std[i]), hi: mean.map((m, i) => m + std[i])});
   const prefixed = (prefix) => [...keys].filter((k) => k.startsWith(prefix)).sort();
-  barPlot(document.getElementById("plot-status"), xs, prefixed("status/").map((k) => ({name: k.slice(7), values: col(k)})));
+  barPlot(document.getElementById("plot-status"), xs, prefixed("status/").map((k) => ({name: k.slice(7), values: col(k)})),
+    empty());
   const rules = prefixed("rule/").filter((k) => col(k).some((v) => v > 0));
   barPlot(document.getElementById("plot-rules"), xs, rules.length ? rules.map((k) => ({name: k.slice(5), values: col(k)}))
-    : [{name: "no rule fired", values: xs.map(() => 0)}]);
+    : [{name: "no rule fired", values: xs.map(() => 0)}], empty());
   const perRollout = (key) => metrics.map((m) => (m.rollouts ? (m[key] ?? NaN) / m.rollouts : NaN));
   linePlot(document.getElementById("plot-tokens"), xs,
     [{name: "prompt", values: perRollout("tokens/prompt")}, {name: "sampled", values: perRollout("tokens/completion")},
-     {name: "environment", values: perRollout("tokens/environment")}]);
-  linePlot(document.getElementById("plot-turns"), xs, [{name: "mean", values: col("turns/mean")}, {name: "max", values: col("turns/max")}]);
+     {name: "environment", values: perRollout("tokens/environment")}], empty("no rollouts in this job's steps"));
+  linePlot(document.getElementById("plot-turns"), xs, [{name: "mean", values: col("turns/mean")}, {name: "max", values: col("turns/max")}],
+    empty("no rollouts in this job's steps"));
   barPlot(document.getElementById("plot-time"), xs, ["rollout", "reward", "train", "weight_sync"]
-    .map((name) => ({name, values: col(`time/${name}_s`)})));
+    .map((name) => ({name, values: col(`time/${name}_s`)})), empty());
   linePlot(document.getElementById("plot-parse-failures"), xs,
-    [{name: "parse failure rate", values: col("tool_calls/parse_failure_rate")}]);
+    [{name: "parse failure rate", values: col("tool_calls/parse_failure_rate")}], empty("no tool calls in this job's steps"));
   const replicas = prefixed("replica/").filter((k) => k.endsWith("/prefix_cache_hit_rate"));
   if (replicas.length) {
     const box = document.getElementById("plot-replicas");
     box.closest("figure").hidden = false;
-    linePlot(box, xs, replicas.map((k) => ({name: k.split("/").slice(0, 2).join(" "), values: col(k)})));
+    linePlot(box, xs, replicas.map((k) => ({name: k.split("/").slice(0, 2).join(" "), values: col(k)})), empty());
   }
 }
 
@@ -158,7 +167,7 @@ function startPlots() {
     const answer = await fetch(section.dataset.src);
     if (!answer.ok) return;
     const data = await answer.json();
-    drawPlots(data.metrics);
+    drawPlots(data.metrics, data.status === "running");
     document.getElementById("steps-done").textContent = data.steps_done;
     const status = document.getElementById("job-status");
     status.textContent = data.status;

@@ -1,0 +1,51 @@
+"""Every `veri` command's and subcommand's --help opens with what it does for the user: a description
+(argparse shows a subcommand's help line only in its parent's list), whole, and not a developer note."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from veri.cli import DESCRIPTION, build_parser, commands
+
+# What a note for the people who work on veri looks like, as opposed to what a command does.
+DEVELOPER_NOTE = re.compile(r"\bcli\.py\b|\bimport(s|ed)?\b|\bmodule\b|__\w+__|\bkept\b|\bsee veri/|\bTODO\b",
+                            re.IGNORECASE)
+COMMANDS = [(" ".join(path), parser) for path, _line, parser in commands(build_parser())]
+
+
+def opening(help_text: str) -> str:
+    """The paragraph after the usage lines: what `--help` shows first."""
+    paragraphs = help_text.split("\n\n")
+    assert paragraphs[0].startswith("usage:")
+    return " ".join(paragraphs[1].split()) if len(paragraphs) > 1 else ""
+
+
+def problem(text: str) -> str | None:
+    if not text:
+        return "no description: --help opens with its arguments"
+    if text.lower().startswith(("positional arguments", "options")):
+        return "no description: --help opens with its arguments"
+    if DEVELOPER_NOTE.search(text):
+        return f"a developer note ({DEVELOPER_NOTE.search(text).group(0)!r})"
+    if text.count("(") != text.count(")") or text.count("`") % 2 or text.rstrip().endswith((":", "(", ",", ";")):
+        return "cut mid-sentence"
+    return None
+
+
+@pytest.mark.parametrize(("name", "parser"), COMMANDS, ids=[name for name, _ in COMMANDS])
+def test_help_opens_with_what_the_command_does(name, parser):
+    text = opening(parser.format_help())
+    assert problem(text) is None, f"`{name} --help` opens with {text!r}: {problem(text)}"
+
+
+def test_veri_help_opens_with_what_veri_does():
+    assert opening(build_parser().format_help()) == " ".join(DESCRIPTION.split())
+    assert DESCRIPTION.startswith("Train an LLM policy")
+
+
+@pytest.mark.parametrize("bad", ["`veri` command line. Each service owns its subcommands in its own `cli.py` (kept "
+                                 "import-light:", "", "positional arguments: x", "see veri/replay/__init__.py"])
+def test_the_check_refuses_what_veri_help_used_to_say(bad):
+    assert problem(bad) is not None
