@@ -38,24 +38,29 @@ def test_spans_carry_the_announced_version(tiny_model, tmp_path):
         standin.wait()
 
 
-def test_a_call_sampled_across_an_announcement_is_retried_not_misattributed(reply_ids, tiny_model, tmp_path):
-    """vLLM: the trainer announces version k once TRL synced its weights. A call that was with the policy
-    when the announcement came was sampled by the old weights, the new, or both (vLLM reloads between
-    engine steps): no version is true for it. It is a 503 with nothing recorded, and the SDK's retry is
-    sampled afresh and carries the new version (stamped at recording, it was the new version: wrong)."""
+def test_a_call_in_flight_across_an_update_completes_with_both_versions(reply_ids, tiny_model, tmp_path):
+    """Asynchronous training: the trainer pauses vLLM, loads the weights, announces version k and
+    resumes while calls are in flight. Such a call is answered (one try, no 503 for the SDK to retry)
+    and its span carries the version it started under (the older, which bounds its staleness) and the
+    one announced when it ended."""
     tries: list[httpx.Request] = []
-    with standin(reply_ids) as policy_url, start_server(proxy_args(policy_url, tiny_model, tmp_path)) as proxy:
+    with standin(reply_ids, "--record") as policy_url, \
+            start_server(proxy_args(policy_url, tiny_model, tmp_path)) as proxy:
         control = ControlClient(proxy.url)
         control.set_policy_version(2)
         session = control.open_session()
-        httpx.put(f"{policy_url}/standin/reply", json={"delay_s": 1.0, "times": 1}, timeout=5).raise_for_status()
+        httpx.put(f"{policy_url}/standin/reply", json={"delay_s": 2.0, "times": 1}, timeout=5).raise_for_status()
         client = openai.OpenAI(base_url=session.openai_base_url, api_key=session.api_key, max_retries=2,
                                http_client=httpx.Client(event_hooks={"request": [tries.append]}))
         with ThreadPoolExecutor(1) as pool:
             call = pool.submit(client.chat.completions.create, model="p", messages=[{"role": "user", "content": "a"}])
-            time.sleep(0.5)  # the first try is with the policy (its reply is 1 s late)
+            deadline = time.monotonic() + 30
+            while not httpx.get(f"{policy_url}/standin/requests", timeout=5).json():  # the call is with the policy
+                assert time.monotonic() < deadline and not call.done(), "the call never reached the policy"
+                time.sleep(0.05)
             control.set_policy_version(3)
+            assert not call.done()  # the announcement came while it was sampled
             call.result(timeout=60)
         spans = control.spans(session.rollout_id)
-    assert len(tries) == 2  # the first try was refused (503), the SDK retried
-    assert [(s.policy_version, s.client_retry_count) for s in spans] == [(3, 1)]
+    assert len(tries) == 1
+    assert [(s.policy_version, s.policy_version_end) for s in spans] == [(2, 3)]

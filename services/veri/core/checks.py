@@ -144,6 +144,28 @@ def _vllm_top_p(config: JobConfig, context: CheckContext) -> list[Problem]:
     return []
 
 
+def _staleness(config: JobConfig, context: CheckContext) -> list[Problem]:
+    """Asynchronous training trains on logprobs another policy version sampled, corrected token by token by
+    the ratio of the trainer's probability to the sampler's: both must be over the same distribution."""
+    if config.max_staleness == 0:
+        return []
+    problems = []
+    if config.sampling.top_p < 1.0:
+        problems.append(Problem(
+            "sampling.top_p", f"is {config.sampling.top_p:g} with max_staleness {config.max_staleness}: the sampler's"
+            " logprobs are renormalised over the nucleus, so the off-policy ratio would be skewed",
+            "set `sampling.top_p: 1.0`, or `max_staleness: 0`"))
+    if config.vllm_sleep_mode:
+        problems.append(Problem(
+            "vllm_sleep_mode", "puts the policy to sleep while the trainer steps, so no rollout can run meanwhile",
+            "set `vllm_sleep_mode: false` (it needs a GPU of its own for the policy), or `max_staleness: 0`"))
+    if config.grpo.get("num_iterations", 1) != 1:
+        problems.append(Problem(
+            "grpo.num_iterations", "must be 1 with max_staleness >= 1 (each group is trained once, at the step"
+            " that takes it)", "remove `grpo.num_iterations`, or set `max_staleness: 0`"))
+    return problems
+
+
 def _gpu_pins(config: JobConfig, context: CheckContext) -> list[Problem]:
     """The vLLM stack's pins agree with each other (TRL's vLLM window, vLLM's torch/transformers): the
     host venv has no vLLM, so this reads the requirements recorded next to the pins (core/gpu_pins.py)."""
@@ -249,6 +271,7 @@ CHECKS: list[tuple[tuple[str, ...], Check]] = [
     (("backend", *_VLLM_ONLY), _backend_knobs),
     (("backend", "sampling"), _vllm_top_p),
     (("backend",), _gpu_pins),
+    (("max_staleness", "sampling", "vllm_sleep_mode", "grpo"), _staleness),
     (("lora_rank", "lora_alpha", "lora_dropout"), _lora),
     (("sampling", "max_response_length"), _per_call_tokens),
     (("model", "max_model_len", "max_response_length"), _context_length),

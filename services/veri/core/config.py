@@ -117,6 +117,16 @@ class JobConfig(BaseModel):
     max_turns: int = Field(default=10, ge=1, description="launcher: VERI_MAX_TURNS hint to the harness")
     harness_timeout_s: float = Field(default=600.0, gt=0, description="launcher: kill a rollout after this")
     max_parallel_rollouts: int = Field(default=16, ge=1, description="launcher: sandboxes running at once")
+    max_staleness: int = Field(
+        default=0, ge=0,
+        description="trainer: a group sampled under policy version v may be trained up to step v + max_staleness"
+        " (0: synchronous, every step samples afresh; >= 1: rollouts keep running while the trainer steps)",
+    )
+    importance_sampling_cap: float = Field(
+        default=3.0, gt=1,
+        description="trainer: per-token importance ratio (trainer / sampler probability) truncated at this"
+        " (TRL vllm_importance_sampling_clip_max; both backends)",
+    )
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="proxy rendering and TRL, e.g. {enable_thinking: false}"
     )

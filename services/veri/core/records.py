@@ -82,6 +82,10 @@ class Span(BaseModel):
     )
     finish_reason: str = Field(description="the policy's finish reason as sent: stop | length | repetition")
     policy_version: int
+    policy_version_end: int | None = Field(
+        default=None, description="the version announced when the call ended, when the weights were updated while"
+        " it was sampled (its tokens come from both; policy_version, the older, bounds its staleness)",
+    )
     replica: int | None = Field(
         default=None, description="index of the policy replica that served it (GET /control/replicas)"
     )

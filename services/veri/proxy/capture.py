@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from veri.core.records import PromptSource, Protocol, Span, TokenFidelity, ToolCallParseFailure
-from veri.proxy.errors import PolicyAborted, PolicyUnavailable
+from veri.proxy.errors import PolicyUnavailable
 from veri.proxy.history import RequestIdentity
 from veri.proxy.policy_client import PolicyCompletion
 from veri.proxy.rendering import ChatRendering, PromptPlan
@@ -206,6 +206,7 @@ class CaptureService:
             logprobs_absent=sample.completion.logprobs_absent,
             finish_reason=sample.completion.finish_reason,
             policy_version=self._version(sample.completion),
+            policy_version_end=sample.completion.policy_version_end,
             replica=self.policy.replica(sample.session.replica).index,
             cached_prompt_tokens=sample.completion.cached_prompt_tokens,
             prompt_source=sample.plan.source,
@@ -269,8 +270,10 @@ class CaptureService:
         """The session's replica samples; a failed or aborted call is counted against that replica.
 
         A backend that reports no version (vLLM) is given the announced one, read before and after the
-        call: a new announcement in between means a sync happened while this completion was sampled
-        (old weights, new, or both), so no version is true for it and it is dropped as a retryable 503."""
+        call. A new announcement in between means the weights were updated while the call was paused
+        (asynchronous training: the trainer pauses vLLM, loads, announces, resumes): the completion is
+        kept, stamped with the older version (which bounds its staleness) and the newer as
+        `policy_version_end`; the trainer's importance ratio corrects its tokens either way."""
         announced = self.store.policy_version()
         try:
             with self.metrics.policy_call_timer(self.policy.replica(session.replica).index):
@@ -282,10 +285,8 @@ class CaptureService:
             raise
         if completion.policy_version is not None:
             return completion
-        if self.store.policy_version() != announced:
-            raise PolicyAborted("the policy's weights were synced while this call was sampled, so no policy"
-                                " version is true for it; nothing was recorded: retry the call")
-        return replace(completion, policy_version=announced)
+        ended = self.store.policy_version()
+        return replace(completion, policy_version=announced, policy_version_end=ended if ended != announced else None)
 
     def _version(self, completion: PolicyCompletion) -> int:
         reported = completion.policy_version

@@ -45,6 +45,7 @@ class PolicyCompletion:
     logprobs_absent: bool = False  # the reply had no logprobs, or a null among them
     # Prompt tokens served from the prefix cache; None: not reported (vLLM: --enable-prompt-tokens-details).
     cached_prompt_tokens: int | None = None
+    policy_version_end: int | None = None  # vLLM: the announced version when the call ended, if it changed
 
 
 class PolicyClient:
