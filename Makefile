@@ -14,7 +14,7 @@ CODEX := build/codex/$(CODEX_VERSION)/codex
 TEST_DEPS :=
 -include mk/*.mk
 
-.PHONY: help disk-check venv tiny-model claude-code codex test bench-proxy bench-train
+.PHONY: help disk-check venv tiny-model claude-code codex test bench-proxy bench-train bench-async
 
 help:
 	@echo "make test          the whole suite (builds everything it needs; what .ci/run runs)"
@@ -35,7 +35,7 @@ help:
 	@echo "make up / down / logs            the compose stack"
 	@echo "make test-compose-v2             the stack tests with Docker Compose v2 (make test runs it on a v1 host)"
 	@echo "make train CONFIG=FILE [RESUME=1] [NAME=job]   GRPO through the stack"
-	@echo "make bench-proxy / bench-sandbox / bench-train / bench-console  benchmarks (figures: docs/benchmarks.md)"
+	@echo "make bench-proxy / bench-sandbox / bench-train / bench-async / bench-console  benchmarks (figures: docs/benchmarks.md)"
 	@echo "make reliability [ONLY=name] [QUICK=1]   fault scenarios (bench/reliability), one summary table (docs/reliability.md)"
 	@echo "make k8s           Kubernetes 1.20 (apiserver, controller-manager, scheduler, kubelet, etcd, kubectl) from Debian's source into build/k8s/bin"
 	@echo "make chromium      Debian chromium + chromium-driver (the console's browser tests; make test installs them)"
@@ -94,3 +94,6 @@ bench-proxy: venv tiny-model
 
 bench-train: venv tiny-model
 	$(BIN)/python bench/train_step.py --model $(TINY_MODEL)
+
+bench-async: venv tiny-model
+	$(BIN)/python bench/async_step.py --model $(TINY_MODEL)

@@ -39,6 +39,12 @@ reply = client.chat.completions.create(model=model, messages=messages, tools=too
 messages.append(reply.model_dump(exclude_none=True))
 for call in reply.tool_calls or []:
     messages.append({"role": "tool", "tool_call_id": call.id, "content": f"veri-answer-{index % 2}"})
+hold = task.get("hold")  # a straggler: the first rollout to get here waits for a later policy version
+if hold and index == 0 and not pathlib.Path(hold["marker"]).exists():
+    pathlib.Path(hold["marker"]).write_text("held")
+    import time, urllib.request
+    while json.load(urllib.request.urlopen(hold["policy_url"] + "/policy_version"))["policy_version"] < hold["until"]:
+        time.sleep(0.2)
 answer = client.chat.completions.create(model=model, messages=messages, tools=tools).choices[0].message.content
 pathlib.Path(os.environ["VERI_OUTPUT_DIR"], "answer.txt").write_text(answer or "")
 print("answer:", answer)

@@ -26,8 +26,9 @@ def collected(*versions: int | None) -> CollectedRollout:
                                                  started_at=0.0, duration_s=1.0))
 
 
-def reject_stale(step: int, rollout: CollectedRollout, offset: int = 0) -> CollectedRollout:
-    return HarnessRollouts._reject_stale(SimpleNamespace(versions=PolicyVersions(offset)), step, rollout)  # type: ignore[arg-type]
+def reject_stale(step: int, rollout: CollectedRollout, offset: int = 0, max_staleness: int = 0) -> CollectedRollout:
+    rollouts = SimpleNamespace(versions=PolicyVersions(offset), max_staleness=max_staleness)
+    return HarnessRollouts._reject_stale(rollouts, step, rollout)  # type: ignore[arg-type]
 
 
 def test_spans_of_the_steps_version_pass_unchanged():
@@ -47,3 +48,11 @@ def test_a_span_of_another_version_masks_the_rollout():
 
 def test_a_span_without_a_version_is_left_to_the_other_rules():
     assert reject_stale(3, collected(3, None)).record.episode.verdicts == []
+
+
+def test_with_max_staleness_a_span_within_the_bound_passes_and_an_older_one_masks():
+    assert reject_stale(3, collected(3, 2), max_staleness=1).record.episode.verdicts == []
+    [verdict] = reject_stale(3, collected(3, 1), max_staleness=1).record.episode.verdicts
+    assert verdict.rule == Rule.POLICY_VERSION_STALE and verdict.details["versions"] == [1]
+    # a span *newer* than the weights being trained cannot come from this job's loop: masked too
+    assert reject_stale(3, collected(3, 4), max_staleness=1).record.episode.verdicts

@@ -121,10 +121,12 @@ RULES: dict[Rule, RuleSpec] = {
     ),
     Rule.POLICY_VERSION_STALE: RuleSpec(
         Effect.REJECT,
-        "a span was sampled by another policy version than its step's (a policy server that restarted with"
-        " its original weights, or one another job updates), so its logprobs are not the step's policy",
-        "nothing, if a policy server restarted: the trainer pushes its weights again and later steps train; if"
-        " it keeps happening, give the job its own policy server",
+        "a span was sampled by a policy version older than the bound (max_staleness versions before the"
+        " weights being trained; 0: the step's own), or by one this job never made (a policy server that"
+        " restarted with its original weights, or one another job updates): it is not trained",
+        "with max_staleness >= 1, a slow group: raise max_staleness or lower harness_timeout_s; a policy"
+        " server that restarted: nothing, the trainer pushes its weights again; if it keeps happening, give"
+        " the job its own policy server",
     ),
 }
 

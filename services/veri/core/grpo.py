@@ -53,7 +53,8 @@ VERI_OWNED: dict[str, str] = {
     "transformers_continuous_batching_config": "generation runs in the policy server, not inside TRL",
     "max_tool_calling_iterations": "use `max_turns` (the harness runs its own tool loop)",
     "reward_weights": "set each reward's `weight:` under `rewards:`",
-    "vllm_importance_sampling_correction": "veri corrects off-policy tokens on both backends (`importance_sampling_cap`)",
+    "vllm_importance_sampling_correction": "veri corrects off-policy tokens on both backends"
+                                           " (`importance_sampling_cap`)",
     "steps_per_generation": "one generation per optimizer step: veri's rollouts are a step's batch",
     "generation_batch_size": "one generation per optimizer step: veri's rollouts are a step's batch",
 }

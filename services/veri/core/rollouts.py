@@ -33,6 +33,10 @@ class RolloutRecord(BaseModel):
     task_index: int
     rollout_index: int = Field(description="position in its GRPO group (0 .. rollouts_per_prompt-1)")
     policy_step: int | None = Field(default=None, description="the training step this rollout was sampled for")
+    staleness: int | None = Field(
+        default=None, description="max_staleness >= 1: policy versions between its oldest span and the weights"
+        " that trained it (0: on-policy; None: a synchronous job, always on-policy)",
+    )
     task: dict[str, Any] = Field(default_factory=dict, description="the dataset row (after column_mapping)")
     status: RolloutStatus
     exit_code: int | None = None

@@ -34,13 +34,14 @@ from veri.trainer.grpo.rollout_func import HarnessRollouts
 from veri.trainer.grpo.rows import MaskedRow
 from veri.trainer.grpo.setup import build_trainer, grpo_config_kwargs, seat_weight_sync
 from veri.trainer.metrics import TrainerMetrics, observed, serve_trainer_metrics
+from veri.trainer.rollouts.producer import GroupSchedule
 from veri.trainer.rollouts.tasks import trl_dataset
 from veri.trainer.ui.bars import TrainingBars, use_bars
 from veri.trainer.ui.progress import StepMetricsCallback, StepProgress
 from veri.trainer.weights.policy_admin import PolicyAdmin
-from veri.trainer.weights.sync import HfWeightSync, PolicyVersions
+from veri.trainer.weights.sync import HfWeightSync, PolicyVersions, PushedAfterEachStep, announce_version
 from veri.trainer.weights.vllm_admin import VllmAdmin
-from veri.trainer.weights.vllm_sync import FilesystemSync, TimedSync
+from veri.trainer.weights.vllm_sync import FilesystemSync, PausedSync, TimedSync
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
             masked=MaskedRow(pad_id=tokenizer.pad_token_id, eos_id=tokenizer.eos_token_id),
             max_parallel_rollouts=config.max_parallel_rollouts,
             announce_to=control if config.backend == Backend.VLLM else None,
+            max_staleness=config.max_staleness, max_steps=config.max_steps,
         )
         args = grpo_config_kwargs(config, output_dir=folders.checkpoints, reward_weights=reward_weights, plan=plan,
                                   policy_url=options.policy_urls[0])
@@ -125,17 +127,38 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
             os.environ.setdefault("VLLM_HOST_IP", socket.gethostbyname(socket.gethostname()))
         trainer = build_trainer(config, args=args, tokenizer=tokenizer, dataset=trl_dataset(tasks),
                                 rollout_func=rollouts, reward_funcs=reward_funcs, callbacks=callbacks)
+        if plan is None:
+            seat_weight_sync(trainer, PushedAfterEachStep())  # TRL's off-policy correction, on the hf backend too
         sleeper = _attach_vllm_sync(trainer, plan, options, folders, archive, progress) if plan else None
         if sleeper is not None and plan is not None and plan.sleep_mode:
             rollouts.after_rollouts = sleeper.sleep
+        if config.max_staleness:
+            _go_async(trainer, rollouts, plan, options, control, progress, len(tasks))
         use_bars(trainer, bars)
         try:
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         finally:  # also when interrupted: leave the terminal clean
+            rollouts.stop_producer()
             bars.stop()
             if sleeper is not None:
                 _wake_policy(sleeper, archive)
     return trainer
+
+
+def _go_async(trainer: Any, rollouts: HarnessRollouts, plan: GpuLayout | None, options: TrainOptions,
+              control: ControlClient, progress: StepProgress, n_tasks: int) -> None:
+    """max_staleness >= 1: groups run across steps (`rollouts.producer`), and a vLLM policy is paused,
+    not drained, while its weights move (`weights.vllm_sync.PausedSync`, which announces the version)."""
+    rollouts.group_size = trainer.num_generations
+    rollouts.groups_per_step = trainer.args.generation_batch_size // trainer.num_generations
+    rollouts.schedule = GroupSchedule(n_tasks, seed=trainer.args.seed)
+    if plan is None:
+        return
+    if isinstance(trainer.vllm_generation, FilesystemSync):
+        trainer.vllm_generation.paused = True
+    servers = [VllmAdmin(url, timeout_s=options.weight_sync_timeout_s) for url in options.policy_urls]
+    trainer.vllm_generation = PausedSync(trainer.vllm_generation, servers, trainer,
+                                         announce=lambda step: announce_version(control, step), timing=progress.timing)
 
 
 def _plan(config: JobConfig) -> GpuLayout:

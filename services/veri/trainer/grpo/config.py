@@ -38,10 +38,19 @@ def grpo_field_types() -> dict[str, Any]:
     return {field.name: hints[field.name] for field in dataclasses.fields(GRPOConfig) if field.init}
 
 
+# Both backends: TRL's per-token importance ratio between the trainer's probability (the weights being
+# trained) and the sampler's captured one, truncated at `importance_sampling_cap` (TRL's clip_max). TRL
+# runs it only with use_vllm, so the hf trainer gets an empty seat (`weights.sync.PushedAfterEachStep`).
+# The mode may be changed in `grpo:` (TRL's default is sequence_mask).
+CORRECTION: dict[str, Any] = {
+    "vllm_importance_sampling_correction": True, "vllm_importance_sampling_mode": "token_truncate",
+}
+
+
 def knob_kwargs(config: JobConfig) -> dict[str, Any]:
     """The GRPOConfig kwargs veri's own knobs and the backend produce (no `grpo:` section)."""
     knobs = {field_name: config.knob(knob) for field_name, knob in VERI_KNOBS.items()}
-    return {**BACKEND_DEFAULTS[config.backend], **knobs}
+    return {**BACKEND_DEFAULTS[config.backend], **CORRECTION, **knobs}
 
 
 def job_grpo_kwargs(config: JobConfig) -> dict[str, Any]:

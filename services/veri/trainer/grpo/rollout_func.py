@@ -13,6 +13,15 @@ num_generations times in a row (`rollouts.tasks`), and wants one completion per 
   5. the step's records and timings go to `ui.progress` (metrics once the optimizer step is done);
   6. the records become TRL's rows (`rows.rollout_output`: masked records add nothing to the loss
      and leave their group's advantages alone).
+
+max_staleness k >= 1 (asynchronous training) changes steps 1 and 2 only: groups run on the
+`rollouts.producer.GroupProducer`'s loop across step boundaries, so the groups for steps s+1 .. s+k
+sample while step s trains. A step takes the first groups to *finish* (TRL's prompts only give their
+number: which task each runs is the producer's schedule), drops any whose oldest span is more than k
+versions older than the weights being trained (archived under the step with `policy_version_stale`,
+counted in `rollouts/stale_dropped`) and records each kept rollout's `staleness`. TRL's importance
+ratio (trainer / sampler probability per token, truncated at `importance_sampling_cap`) corrects the
+off-policy tokens; the version announcement happens inside the paused weight update instead.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from veri.proxy.control_client import ControlClient
 from veri.rewards import RewardInputs, RewardScorer
 from veri.rollouts.collect import CollectedRollout, GroupCollector
 from veri.trainer.grpo.rows import MaskedRow, rollout_output
+from veri.trainer.rollouts.producer import FinishedGroup, GroupProducer, GroupSchedule
 from veri.trainer.rollouts.tasks import TaskGroup, task_groups
 from veri.trainer.ui.interrupt import run_until_stopped
 from veri.trainer.ui.progress import StepProgress
@@ -55,19 +65,52 @@ class HarnessRollouts:
     max_parallel_rollouts: int
     announce_to: ControlClient | None = None  # vLLM: the proxy to announce versions to
     after_rollouts: Callable[[int], None] | None = None  # vllm_sleep_mode: the policy sleeps until the next sync
+    max_staleness: int = 0
+    group_size: int = 0  # max_staleness >= 1: the rollouts of a group (TRL's num_generations)
+    max_steps: int = 0  # max_staleness >= 1: no group is started for a step past the last
+    groups_per_step: int = 1  # max_staleness >= 1: TRL's generation batch / num_generations
+    schedule: GroupSchedule | None = None  # max_staleness >= 1: which task each group runs
+    producer: GroupProducer | None = None  # max_staleness >= 1: started at the first step
+    step: int = 0  # the step the trainer is at (the producer's groups are sampled for it)
+    _consumed: int = 0  # groups taken or dropped so far (max_staleness >= 1)
+    _dropped: int = 0
+    _remaining: int = 0  # groups the job's steps left still need (none is started past them)
+
+    def start_producer(self, *, first_step: int) -> GroupProducer:
+        """max_staleness >= 1: groups run on their own loop from now on (`rollouts.producer`)."""
+        assert self.schedule is not None
+        self.step = first_step
+        self._remaining = (self.max_steps - first_step) * self.groups_per_step
+        at_once = max(1, self.max_parallel_rollouts // self.group_size)
+        self.producer = GroupProducer(self.run_group, self.schedule, max_parallel_groups=at_once,
+                                      first_group=first_step * self.groups_per_step)
+        self.producer.start()
+        return self.producer
+
+    def stop_producer(self) -> None:
+        """The job ends or stops: cancel the groups still running (sandboxes removed), say what was left."""
+        if self.producer is None:
+            return
+        left = self.producer.stop()
+        self.producer = None
+        if left.running or left.untrained:
+            self.archive.log(f"rollouts left untrained at the end: {left.running} group(s) cancelled while they ran"
+                             f" (sandboxes removed), {left.untrained} finished but not taken by a step; a resumed"
+                             " job samples them afresh")
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         step = trainer.state.global_step
-        groups = task_groups(prompts, trainer.num_generations)
-        if self.announce_to is not None:
-            announce_version(self.announce_to, step)
+        self.step = step
         started = time.monotonic()
         self.progress.rollouts_started(step, len(prompts))
-        try:
-            collected = run_until_stopped(self._collect(step, groups))
-        except KeyboardInterrupt:
-            self.archive.log(f"step {step}: stopped while its rollouts ran (sandboxes removed, nothing archived)")
-            raise
+        if self.schedule is not None and self.producer is None:
+            self.start_producer(first_step=step)
+        if self.producer is None:
+            if self.announce_to is not None:
+                announce_version(self.announce_to, step)
+            collected, extra, dropped = self._run_step(step, task_groups(prompts, trainer.num_generations)), {}, []
+        else:  # max_staleness >= 1: the announcement is the sync's (`weights.vllm_sync.PausedSync`)
+            collected, extra, dropped = self._take_step(step, len(prompts) // trainer.num_generations)
         rolled = time.monotonic()
         collected = [self._reject_stale(step, rollout) for rollout in collected]
         logged: dict[str, list[float]] = {}
@@ -75,13 +118,64 @@ class HarnessRollouts:
         scored = time.monotonic()
         for record, rollout in zip(records, collected, strict=True):
             self.archive.write_rollout(step, record, harness_log=harness_log(rollout))
-        extra = {f"reward_log/{name}": sum(values) / len(values) for name, values in logged.items() if values}
+        for rollout in dropped:  # filed under the step that dropped them, never trained
+            self.archive.write_rollout(step, rollout.record, harness_log=harness_log(rollout))
+        extra |= {f"reward_log/{name}": sum(values) / len(values) for name, values in logged.items() if values}
         extra |= self._version_check(step, records)
         timings = {"rollout": rolled - started, "reward": scored - rolled}
         self.progress.begin(step, records, timings, extra)
         if self.after_rollouts is not None:
             self.after_rollouts(step)
         return rollout_output(records, self.masked, [f.name for f in self.scorer.functions])
+
+    def _run_step(self, step: int, groups: list[TaskGroup]) -> list[CollectedRollout]:
+        """max_staleness 0: the step's groups, started now, all waited for."""
+        try:
+            return run_until_stopped(self._collect(step, groups))
+        except KeyboardInterrupt:
+            self.archive.log(f"step {step}: stopped while its rollouts ran (sandboxes removed, nothing archived)")
+            raise
+
+    def _take_step(
+        self, step: int, groups: int
+    ) -> tuple[list[CollectedRollout], dict[str, float], list[CollectedRollout]]:
+        """max_staleness k >= 1: the first `groups` groups to finish whose oldest span is at most k versions
+        older than the weights being trained; older ones are dropped (archived with the verdict, counted)."""
+        assert self.producer is not None
+        bound, expected = self.max_staleness, self.versions.expected(step)
+        self.producer.allow(min(self._consumed + (bound + 1) * groups, self._remaining + self._dropped))
+        kept, dropped = self.producer.take(groups, lambda group: _staleness(group, expected) <= bound)
+        self._consumed += len(kept) + len(dropped)
+        self._dropped += len(dropped)
+        lags = [_staleness(group, expected) for group in kept]
+        collected = [dataclasses.replace(rollout, record=rollout.record.model_copy(update={"staleness": lag}))
+                     for group, lag in zip(kept, lags, strict=True) for rollout in group.rollouts]
+        stale = [self._mark_stale(step, rollout, expected, _staleness(group, expected))
+                 for group in dropped for rollout in group.rollouts]
+        if dropped:
+            self.archive.log(f"step {step}: dropped {len(dropped)} group(s) sampled more than max_staleness {bound}"
+                             f" versions before version {expected} (tasks {[g.task_index for g in dropped]})")
+        extra = {"rollouts/stale_dropped": len(stale), "groups/stale_dropped": len(dropped),
+                 "staleness/max": max(lags, default=0), "staleness/mean": sum(lags) / len(lags) if lags else 0.0}
+        for lag in range(bound + 1):
+            extra[f"staleness/groups_{lag}"] = lags.count(lag)
+        return collected, extra, stale
+
+    async def run_group(self, number: int, task_index: int) -> list[CollectedRollout]:
+        """The producer's way to run one group (sampled for the step the trainer is at now)."""
+        step = self.step
+        collected = await self.collector.collect(step=step, task_index=task_index, task=self.tasks[task_index],
+                                                 size=self.group_size, first_rollout_index=0)
+        self.progress.rollouts_done(len(collected))
+        return collected
+
+    def _mark_stale(self, step: int, rollout: CollectedRollout, expected: int, lag: int) -> CollectedRollout:
+        verdict = Verdict.of(Rule.POLICY_VERSION_STALE,
+                             f"its oldest span was sampled {lag} versions before version {expected}, which step"
+                             f" {step} trains; max_staleness is {self.max_staleness}", expected=expected, lag=lag)
+        episode = rollout.record.episode.model_copy(update={"verdicts": [*rollout.record.episode.verdicts, verdict]})
+        record = rollout.record.model_copy(update={"episode": episode, "staleness": lag})
+        return dataclasses.replace(rollout, record=record)
 
     async def _collect(self, step: int, groups: list[TaskGroup]) -> list[CollectedRollout]:
         size = groups[0].size
@@ -121,7 +215,8 @@ class HarnessRollouts:
         """A rollout with a span another policy version sampled is masked (`policy_version_stale`), never
         trained on as if the step's policy had written it."""
         expected = self.versions.expected(step)
-        stale = [s for s in rollout.record.spans if s.policy_version is not None and s.policy_version != expected]
+        stale = [s for s in rollout.record.spans
+                 if s.policy_version is not None and not 0 <= expected - s.policy_version <= self.max_staleness]
         if not stale:
             return rollout
         verdict = Verdict.of(Rule.POLICY_VERSION_STALE,
@@ -134,18 +229,29 @@ class HarnessRollouts:
 
     def _version_check(self, step: int, records: list[RolloutRecord]) -> dict[str, int]:
         expected = self.versions.expected(step)
-        stale = [(r.rollout_id, s.request_index, s.policy_version) for r in records for s in r.spans
+        older = [(r.rollout_id, s.request_index, s.policy_version) for r in records for s in r.spans
                  if s.policy_version != expected]
+        stale = [entry for entry in older if not 0 <= expected - entry[2] <= self.max_staleness]
         if stale:
             self.archive.log(f"step {step}: {len(stale)} spans not sampled by policy version {expected}"
+                             f"{f' or the {self.max_staleness} before it' if self.max_staleness else ''}"
                              f" (rollout, span, version): {stale[:5]}")
-        return {"policy_version/expected": expected, "policy_version/stale_spans": len(stale)}
+        counts = {"policy_version/expected": expected, "policy_version/stale_spans": len(stale)}
+        if self.max_staleness:
+            counts["policy_version/off_policy_spans"] = len(older)
+        return counts
 
     def _extra_logger(self, record: RolloutRecord) -> Callable[[str, list[Any]], None]:
         def log_extra(column: str, values: list[Any]) -> None:
             self.archive.log(f"reward log_extra {column} (rollout {record.rollout_id}): {values!r}"[:2000])
 
         return log_extra
+
+
+def _staleness(group: FinishedGroup, expected: int) -> int:
+    """Versions between the group's oldest span and the weights being trained (0 for a group with no span)."""
+    oldest = group.oldest_version
+    return 0 if oldest is None else expected - oldest
 
 
 def harness_log(rollout: CollectedRollout) -> str:

@@ -6,12 +6,13 @@ weights and, for vLLM, where and how the weights go (the plan's weight sync, `we
 `TRAINER_DEFAULTS` apply where the job's `grpo:` section says nothing.
 
 vLLM, either sync: TRL runs in server mode, so its vLLM-only steps run: the sync before each step's
-rollouts and the importance-sampling correction (`vllm_importance_sampling_correction`, on by default:
+rollouts and the importance-sampling correction (per token, truncated at `importance_sampling_cap`:
 the served logprobs against the trainer's; its ratio lands in the step metrics under
-train/sampling/importance_sampling_ratio/*). Generation never goes through TRL: the harnesses call the
-proxy. nccl: TRL's own client syncs (it joins vLLM's NCCL group from this container's address).
-filesystem: TRL is built without its client (which would open an NCCL group) and `seat_weight_sync`
-puts veri's sync in its place.
+train/sampling/importance_sampling_ratio/*). hf: the same correction, through an empty seat
+(`weights.sync.PushedAfterEachStep`), since TRL gates it on `use_vllm`. Generation never goes through
+TRL: the harnesses call the proxy. nccl: TRL's own client syncs (it joins vLLM's NCCL group from this
+container's address). filesystem: TRL is built without its client (which would open an NCCL group)
+and `seat_weight_sync` puts veri's sync in its place.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from veri.core.config import Backend, JobConfig
 from veri.core.layout import GpuLayout, PolicyDevice, WeightSync
 from veri.trainer.grpo.config import job_grpo_kwargs, lora_config_kwargs
+from veri.trainer.grpo.trainer import veri_trainer_class
 from veri.trainer.weights.vllm_sync import SyncSeat
 
 TRAINER_DEFAULTS: dict[str, Any] = {
@@ -90,9 +92,9 @@ def build_trainer(
     reward_funcs: list[Callable[..., Any]],
     callbacks: list[Any],
 ) -> Any:
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
-    return GRPOTrainer(
+    return veri_trainer_class()(
         model=str(config.model),
         reward_funcs=reward_funcs,
         args=GRPOConfig(**args),

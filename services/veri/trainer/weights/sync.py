@@ -44,6 +44,15 @@ class PolicyVersions:
         return step + self.offset
 
 
+class PushedAfterEachStep:
+    """hf: TRL's seat for a vLLM client, empty. The weights move in `HfWeightSync` after each optimizer
+    step; seated (`grpo.setup.seat_weight_sync`) so that TRL's off-policy correction, which it gates on
+    `use_vllm`, runs for the hf backend too."""
+
+    def sync_weights(self) -> None:
+        return None
+
+
 def announce_version(control: ControlClient, step: int) -> int:
     """vLLM: the weights TRL just synced are version `step`; spans opened from now on carry it."""
     control.set_policy_version(step)

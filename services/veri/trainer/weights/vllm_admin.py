@@ -7,6 +7,8 @@
                              --enable-sleep-mode (CUDA) the weights go to host memory and the KV cache is
                              freed, and come back tag by tag ("weights", then "kv_cache")
     is_sleeping()            GET /is_sleeping
+    pause() / resume()       POST /pause?mode=keep, /resume (max_staleness >= 1): requests in flight are held
+                             while the weights move, then go on
 """
 
 from __future__ import annotations
@@ -48,6 +50,14 @@ class VllmAdmin:
                 return True
             time.sleep(0.2 * (attempt + 1))
         return False
+
+    def pause(self) -> None:
+        """Hold every request where it is (vLLM's `mode=keep`, as TRL's async trainer does): none is aborted,
+        each goes on after `resume` with the new weights."""
+        self._json.command("POST", "/pause", params={"mode": "keep"})
+
+    def resume(self) -> None:
+        self._json.command("POST", "/resume")
 
     def sleep(self, level: int = 1) -> None:
         self._json.command("POST", "/sleep", params={"level": str(level)})

@@ -66,6 +66,39 @@ class TimedSync:
         self.timing("weight_sync", time.monotonic() - started)
 
 
+class PausedSync:
+    """max_staleness >= 1: rollouts run while the weights move. Every server holds its requests in flight
+    (`VllmAdmin.pause`), the inner sync loads the weights, version = global_step is announced to the
+    proxy, and the servers go on: no request fails, and a span that straddles the update carries both
+    versions (the proxy reads the announcement before and after each call)."""
+
+    def __init__(self, inner: SyncSeat, servers: list[VllmAdmin], trainer: TrainerView,
+                 announce: Callable[[int], Any], timing: Callable[[str, float], None]) -> None:
+        self.inner = inner
+        self.servers = servers
+        self.trainer = trainer
+        self.announce = announce
+        self.timing = timing
+
+    def sync_weights(self) -> None:
+        step = self.trainer.state.global_step
+        started = time.monotonic()
+        paused: list[VllmAdmin] = []
+        try:
+            for server in self.servers:
+                server.pause()
+                paused.append(server)
+            self.timing("policy_pause", time.monotonic() - started)
+            self.inner.sync_weights()
+            self.announce(step)
+        except HttpCallError as error:
+            raise WeightSyncError(f"a vLLM policy server did not pause for step {step}'s weights ({error.outcome}:"
+                                  f" {error.detail[:300]}); its log (`make logs`) says why") from error
+        finally:
+            for server in paused:  # even when the update failed: no request stays held
+                server.resume()
+
+
 class FilesystemSync:
     def __init__(
         self,
@@ -83,6 +116,7 @@ class FilesystemSync:
         self.report = report  # one line to the job log
         self.timing = timing  # (name, seconds) into the step's metrics
         self.sleep_mode = sleep_mode
+        self.paused = False  # set when a `PausedSync` runs this one: requests are held, not drained
 
     def sync_weights(self) -> None:
         step = self.trainer.state.global_step
@@ -135,7 +169,9 @@ class FilesystemSync:
             answers = server.reload_weights(path)
             if before_reset is not None:
                 before_reset()
-            reset = server.reset_prefix_cache()
+            # Paused (max_staleness >= 1): vLLM dropped its prefix cache at the pause, and the held requests
+            # keep their blocks, which a reset would refuse.
+            reset = server.reset_prefix_cache() if not self.paused else True
         except HttpCallError as error:
             raise WeightSyncError(
                 f"the vLLM policy server at {server.base_url} did not load the weights of step {step}"

@@ -1,0 +1,125 @@
+"""Asynchronous training against the synchronous loop: the same job at max_staleness 0, 1 and 2, on CPU.
+
+Tiny model, local sandboxes, a real hf policy server + capture proxy, TRL GRPO steps (as
+bench/train_step.py). The harness is the 2-turn tool loop whose tool takes a heavy-tailed time:
+lognormal with median `--tool-median-s` and sigma 0.99 (p99 ~ 10x p50), seeded per rollout, so a
+step's slowest rollout sets the synchronous pace. The runs are interleaved (0, 1, 2, 0, 1, 2, ...).
+
+Per run: the mean step time (the steps after the first), the staleness max, the mean reward, and the
+policy's busy fraction (its forward-pass seconds, from the server's /stats, over the steps' seconds).
+Last line:
+
+    async/sync step time: R (max_staleness 1; staleness max S; reward sync A async B; policy busy P0 -> P1)
+
+    python bench/async_step.py [--model build/models/tiny] [--steps 6] [--rounds 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.servers import start_server
+from tests.trainer.conftest import MAX_TOKENS, SCRIPT, write_job
+from veri.trainer.archive import read_metrics
+
+# tests/trainer/conftest.py's loop on urllib (fast start-up), with a slow, heavy-tailed tool.
+AGENT = '''
+import hashlib, json, os, pathlib, random, time, urllib.request
+
+task = json.loads(os.environ["VERI_TASK"])
+index = int(os.environ["VERI_ROLLOUT_INDEX"])
+seed = int(hashlib.sha256(os.environ["VERI_ROLLOUT_ID"].encode()).hexdigest()[:8], 16)
+url = os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions"
+headers = {"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"}
+tools = [{"type": "function", "function": {"name": "lookup", "description": "Look a key up",
+          "parameters": {"type": "object", "properties": {"key": {"type": "string"}}}}}]
+
+def chat(messages):
+    body = json.dumps({"model": os.environ["VERI_POLICY_MODEL"], "messages": messages, "tools": tools}).encode()
+    with urllib.request.urlopen(urllib.request.Request(url, body, headers)) as reply:
+        return json.load(reply)["choices"][0]["message"]
+
+messages = [{"role": "user", "content": task["prompt"]}]
+reply = chat(messages)
+messages.append({k: v for k, v in reply.items() if v is not None})
+time.sleep(random.Random(seed).lognormvariate(0.0, 0.99) * float(os.environ["BENCH_TOOL_MEDIAN_S"]))
+for call in reply.get("tool_calls") or []:
+    messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"veri-answer-{index % 2}"})
+answer = chat(messages).get("content")
+pathlib.Path(os.environ["VERI_OUTPUT_DIR"], "answer.txt").write_text(answer or "")
+'''
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=Path("build/models/tiny"))
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--tool-median-s", type=float, default=1.0)
+    args = parser.parse_args()
+    model = args.model.resolve()
+    runs: dict[int, list[dict[str, float]]] = {0: [], 1: [], 2: []}
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        script = root / "script.json"
+        script.write_text(json.dumps(SCRIPT))
+        policy_args = ["serve", "policy", "--model", str(model), "--scripted-replies", str(script)]
+        with start_server(policy_args) as policy, start_server(
+            ["serve", "proxy", "--policy-url", policy.url, "--model", str(model), "--store", str(root / "spans"),
+             "--max-tokens", str(MAX_TOKENS)]
+        ) as proxy:
+            for round_ in range(args.rounds):
+                for staleness in runs:
+                    figures = run(root / f"r{round_}-k{staleness}", model, policy.url, proxy.url, staleness,
+                                  args.steps, args.tool_median_s)
+                    runs[staleness].append(figures)
+                    print(f"max_staleness {staleness}: step {figures['step_s']:.2f} s, staleness max"
+                          f" {figures['staleness_max']:.0f}, reward {figures['reward']:.3f}, policy busy"
+                          f" {figures['policy_busy']:.0%}, dropped {figures['dropped']:.0f} rollouts", flush=True)
+    mean = {k: {key: statistics.mean(f[key] for f in figures) for key in figures[0]} for k, figures in runs.items()}
+    for k in (1, 2):
+        print(f"max_staleness {k}: step time {mean[k]['step_s'] / mean[0]['step_s']:.2f} of the synchronous")
+    sync, one = mean[0], mean[1]
+    print(f"async/sync step time: {one['step_s'] / sync['step_s']:.2f} (max_staleness 1; staleness max"
+          f" {one['staleness_max']:.0f}; reward sync {sync['reward']:.3f} async {one['reward']:.3f}; policy busy"
+          f" {sync['policy_busy']:.0%} -> {one['policy_busy']:.0%})")
+
+
+def run(folder: Path, model: Path, policy_url: str, proxy_url: str, staleness: int, steps: int,
+        tool_median_s: float) -> dict[str, float]:
+    job = write_job(folder, model, rollouts_per_prompt=4, max_steps=steps, max_staleness=staleness,
+                    max_parallel_rollouts=16, grpo={"per_device_train_batch_size": 8})
+    (job.parent / "bundle" / "agent.py").write_text(AGENT)
+    text = (job.parent / "tasks.jsonl").read_text().replace(', "fail_rollout": 1', "")
+    (job.parent / "tasks.jsonl").write_text(text)
+    generation_before = httpx.get(f"{policy_url}/stats").json()["generation_s"]
+    done = subprocess.run(
+        [sys.executable, "-m", "veri.cli", "train", str(job), "--sandbox", "local", "--proxy-url", proxy_url,
+         "--policy-url", policy_url, "--output", str(folder / "jobs"), "--base-dir", str(job.parent)],
+        capture_output=True, text=True, timeout=3600, env={**os.environ, "BENCH_TOOL_MEDIAN_S": str(tool_median_s)})
+    if done.returncode != 0:
+        sys.exit(f"veri train (max_staleness {staleness}) failed:\n{done.stderr[-4000:]}")
+    generation = httpx.get(f"{policy_url}/stats").json()["generation_s"] - generation_before
+    metrics = read_metrics(folder / "jobs" / "job" / "metrics.jsonl")
+    measured = metrics[1:] or metrics
+    return {
+        "step_s": statistics.mean(m["time/step_s"] for m in measured),
+        "staleness_max": max(m.get("staleness/max", 0) for m in metrics),
+        "reward": statistics.mean(m.get("reward/mean", 0.0) for m in metrics),
+        "policy_busy": generation / sum(m["time/step_s"] for m in metrics),
+        "dropped": sum(m.get("rollouts/stale_dropped", 0) for m in metrics),
+    }
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""`GRPOTrainer` with veri's one addition: the share of tokens whose off-policy correction was truncated.
+
+TRL computes the per-token importance ratio (trainer / sampler probability, `vllm_importance_sampling_*`)
+and logs its min/mean/max; with `token_truncate` a ratio above the cap is set to the cap, and how often
+that happens is what says whether `importance_sampling_cap` or `max_staleness` is too tight. The loss,
+the ratio and the advantages stay TRL's.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+TRUNCATED_METRIC = "sampling/importance_sampling_ratio/truncated_frac"
+
+
+@functools.cache
+def veri_trainer_class() -> type:
+    from trl import GRPOTrainer
+
+    class VeriGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
+        def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+            output: dict[str, Any] = super()._generate_and_score_completions(inputs)
+            ratio, cap = output.get("importance_sampling_ratio"), self.vllm_importance_sampling_clip_max
+            if ratio is not None and cap is not None and self.vllm_importance_sampling_mode == "token_truncate":
+                mask = output["completion_mask"]
+                if output.get("tool_mask") is not None:
+                    mask = mask * output["tool_mask"]
+                counted = mask.sum().clamp(min=1)
+                truncated = ((ratio >= cap) * mask).sum() / counted
+                mode = "train" if self.model.training else "eval"
+                self._metrics[mode][TRUNCATED_METRIC].append(float(truncated))
+            return output
+
+    return VeriGRPOTrainer
