@@ -229,3 +229,50 @@ def test_sleep_pauses_the_engine_until_weights_and_kv_cache_are_awake(vllm):
     finally:
         admin.wake_up()
         admin.close()
+
+
+def test_a_request_in_flight_is_held_by_pause_and_completes_after_resume(vllm):
+    """max_staleness >= 1 updates the weights with requests in flight (trainer/weights/vllm_sync.py
+    PausedSync): `POST /pause?mode=keep` holds them where they are, none is aborted, and each completes
+    after `POST /resume` with every token it asked for."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from veri.trainer.weights.vllm_admin import VllmAdmin
+
+    admin = VllmAdmin(vllm, timeout_s=60)
+    tokens = 400
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(direct, vllm, [1, 2, 3], max_tokens=tokens, temperature=1.0,
+                                  ignore_eos=True, stream=False)
+            deadline = time.monotonic() + 120
+            while not _running(vllm):  # the request is being decoded
+                assert time.monotonic() < deadline and not running.done(), "the request never started"
+                time.sleep(0.05)
+            admin.pause()
+            assert not running.done()
+            held = _tokens_generated(vllm)
+            time.sleep(1.0)  # a paused engine decodes nothing for the request (counts, not timing, checked)
+            assert _tokens_generated(vllm) == held and not running.done()
+            admin.resume()
+            [choice] = running.result(timeout=300)["choices"]
+        assert len(choice["token_ids"]) == tokens and choice["finish_reason"] == "length"
+    finally:
+        admin.resume()
+        admin.close()
+
+
+def _metric(vllm: str, name: str) -> float:
+    total = 0.0
+    for line in httpx.get(vllm + "/metrics", timeout=10).text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _running(vllm: str) -> bool:
+    return _metric(vllm, "vllm:num_requests_running") > 0
+
+
+def _tokens_generated(vllm: str) -> float:
+    return _metric(vllm, "vllm:generation_tokens_total")

@@ -24,6 +24,7 @@ class SpanView:
     prompt_source: str
     prompt_source_reason: str
     policy_version: int
+    policy_version_end: int | None  # the weights were updated while it was sampled (max_staleness >= 1)
     replica: int | None
     started_at: float
     duration_s: float
@@ -74,7 +75,8 @@ def _span_view(span: Span, record: RolloutRecord, new: list[dict[str, Any]], ear
     return SpanView(
         index=span.request_index, label=span_label(span), in_row=span.request_index in record.episode.chain,
         prompt_source=str(span.prompt_source), prompt_source_reason=span.prompt_source_reason,
-        policy_version=span.policy_version, replica=span.replica, started_at=span.started_at,
+        policy_version=span.policy_version, policy_version_end=span.policy_version_end, replica=span.replica,
+        started_at=span.started_at,
         duration_s=span.duration_s, finish_reason=span.finish_reason, prompt_tokens=len(span.prompt_token_ids),
         completion_tokens=len(span.completion_token_ids), earlier_messages=earlier,
         messages=[message_view(message) for message in new], reply=message_view(span.reply_message),

@@ -32,7 +32,9 @@ class RolloutRecord(BaseModel):
     rollout_id: str
     task_index: int
     rollout_index: int = Field(description="position in its GRPO group (0 .. rollouts_per_prompt-1)")
-    policy_step: int | None = Field(default=None, description="the training step this rollout was sampled for")
+    policy_step: int | None = Field(
+        default=None, description="the training step this rollout was sampled for (max_staleness >= 1: that trains it)"
+    )
     staleness: int | None = Field(
         default=None, description="max_staleness >= 1: policy versions between its oldest span and the weights"
         " that trained it (0: on-policy; None: a synchronous job, always on-policy)",

@@ -157,6 +157,8 @@ def _header(record: dict[str, Any], status: RolloutStatus) -> str:
         parts.append(f"task {record['task_index']} #{record.get('rollout_index', '?')}")
     if record.get("policy_step") is not None:
         parts.append(f"policy step {record['policy_step']}")
+    if record.get("staleness") is not None:
+        parts.append(f"staleness {record['staleness']}")
     parts.append(f"status {status}")
     reward = record.get("reward")
     if isinstance(reward, dict) and _is_number(reward.get("reward")):

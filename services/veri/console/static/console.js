@@ -151,6 +151,13 @@ function drawPlots(metrics, running) {
     .map((name) => ({name, values: col(`time/${name}_s`)})), empty());
   linePlot(document.getElementById("plot-parse-failures"), xs,
     [{name: "parse failure rate", values: col("tool_calls/parse_failure_rate")}], empty("no tool calls in this job's steps"));
+  if (keys.has("staleness/max")) {  // max_staleness >= 1: how far back each step trained, what it dropped
+    const box = document.getElementById("plot-staleness");
+    box.closest("figure").hidden = false;
+    linePlot(box, xs, [{name: "staleness max", values: col("staleness/max")},
+      {name: "staleness mean", values: col("staleness/mean"), dashed: true},
+      {name: "stale rollouts dropped", values: col("rollouts/stale_dropped")}], empty());
+  }
   const replicas = prefixed("replica/").filter((k) => k.endsWith("/prefix_cache_hit_rate"));
   if (replicas.length) {
     const box = document.getElementById("plot-replicas");

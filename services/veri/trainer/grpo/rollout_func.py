@@ -148,7 +148,9 @@ class HarnessRollouts:
         self._consumed += len(kept) + len(dropped)
         self._dropped += len(dropped)
         lags = [_staleness(group, expected) for group in kept]
-        collected = [dataclasses.replace(rollout, record=rollout.record.model_copy(update={"staleness": lag}))
+        # Filed under the step that trains it (the archive's facet); `staleness` says how far back it was sampled.
+        collected = [dataclasses.replace(rollout, record=rollout.record.model_copy(
+                         update={"staleness": lag, "policy_step": step}))
                      for group, lag in zip(kept, lags, strict=True) for rollout in group.rollouts]
         stale = [self._mark_stale(step, rollout, expected, _staleness(group, expected))
                  for group in dropped for rollout in group.rollouts]
@@ -174,7 +176,7 @@ class HarnessRollouts:
                              f"its oldest span was sampled {lag} versions before version {expected}, which step"
                              f" {step} trains; max_staleness is {self.max_staleness}", expected=expected, lag=lag)
         episode = rollout.record.episode.model_copy(update={"verdicts": [*rollout.record.episode.verdicts, verdict]})
-        record = rollout.record.model_copy(update={"episode": episode, "staleness": lag})
+        record = rollout.record.model_copy(update={"episode": episode, "staleness": lag, "policy_step": step})
         return dataclasses.replace(rollout, record=record)
 
     async def _collect(self, step: int, groups: list[TaskGroup]) -> list[CollectedRollout]:

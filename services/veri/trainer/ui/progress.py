@@ -118,6 +118,10 @@ class StepProgress:
             summary += f", loss {metrics[TRL_PREFIX + 'loss']:.4g}"
         if metrics.get("tool_calls/parse_failed"):  # named as it happens: degrading tool use precedes reward collapse
             summary += f", tool calls unparsed {metrics['tool_calls/parse_failed']}/{metrics['tool_calls/attempted']}"
+        if "staleness/max" in metrics:  # max_staleness >= 1: how far back it trained, and what it threw away
+            summary += f", staleness max {metrics['staleness/max']:g}"
+            if metrics.get("rollouts/stale_dropped"):
+                summary += f", {metrics['rollouts/stale_dropped']:g} stale rollouts dropped"
         times = ", ".join(f"{name} {step.timings[name]:.1f}s" for name in ("rollout", "reward", "train", "weight_sync",
                                                                       "policy_sleep")
                           if name in step.timings)
