@@ -81,7 +81,7 @@ def test_rollouts_run_while_the_trainer_steps(stack, tiny_model, tmp_path):
     assert set(lags) <= {0, 1} and 1 in lags, lags
     for line in metrics:  # each step's count of one-version-old groups is what its archive holds
         behind = [record for step, record in records if step == line["step"] and record.staleness == 1]
-        assert 2 * line["staleness/groups_1"] == len(behind), (line, [(s, r.rollout_id, r.staleness) for s, r in records])
+        assert 2 * line["staleness/groups_1"] == len(behind), (line, [(s, r.staleness) for s, r in records])
     assert all(line["rollouts"] == 4 for line in metrics)
 
 
