@@ -171,6 +171,34 @@ def test_vllm_with_top_p_below_one_notes_the_logprob_offset(job_dir: Path):
     assert not [n for n in plain.notes if "top_p" in n]
 
 
+def test_max_staleness_refuses_what_breaks_the_off_policy_correction(job_dir: Path):
+    ok = check_config(write_job(job_dir, job(max_staleness=1)), base_dir=job_dir)
+    assert ok.problems == []
+    bad = check_config(write_job(job_dir, job(max_staleness=2, sampling={"top_p": 0.9}, grpo={"num_iterations": 2})),
+                       base_dir=job_dir)
+    found = problems_by_place(bad)
+    assert "renormalised over the nucleus" in found["sampling.top_p"] and "top_p: 1.0" in found["sampling.top_p"]
+    assert "max_staleness: 0" in found["grpo.num_iterations"]
+    sleepy = check_config(write_job(job_dir, job(backend="vllm", grpo={}, max_staleness=1, vllm_sleep_mode=True)),
+                          base_dir=job_dir, gpus=GpuInventory.nvidia(1))
+    assert "no rollout can run meanwhile" in problems_by_place(sleepy)["vllm_sleep_mode"]
+    # The same settings with the synchronous loop are not these problems.
+    sync = check_config(write_job(job_dir, job(sampling={"top_p": 0.9})), base_dir=job_dir)
+    assert "sampling.top_p" not in problems_by_place(sync)
+
+
+@pytest.mark.parametrize(("value", "message"), [(-1, "greater than or equal to 0"), ("soon", "valid integer"),
+                                                (1.5, "valid integer")])
+def test_a_bad_max_staleness_names_the_field(job_dir: Path, value, message):
+    found = problems_by_place(check_config(write_job(job_dir, job(max_staleness=value)), base_dir=job_dir))
+    assert message in found["max_staleness"]
+
+
+def test_an_importance_sampling_cap_at_or_below_one_is_refused(job_dir: Path):
+    found = problems_by_place(check_config(write_job(job_dir, job(importance_sampling_cap=1.0)), base_dir=job_dir))
+    assert "greater than 1" in found["importance_sampling_cap"]
+
+
 def test_the_trainer_checks_come_through_one_hook(job_dir: Path):
     """Core checks the schema; the reward code, `grpo:` and TRL's field names are the hook's."""
     seen: dict[str, object] = {}
