@@ -124,7 +124,7 @@ RULES: dict[Rule, RuleSpec] = {
         "a span was sampled by a policy version older than the bound (max_staleness versions before the"
         " weights being trained; 0: the step's own), or by one this job never made (a policy server that"
         " restarted with its original weights, or one another job updates): it is not trained",
-        "with max_staleness >= 1, a slow group: raise max_staleness or lower harness_timeout_s; a policy"
+        "a slow group (max_staleness ≥ 1): raise max_staleness or lower harness_timeout_s; a policy"
         " server that restarted: nothing, the trainer pushes its weights again; if it keeps happening, give"
         " the job its own policy server",
     ),
