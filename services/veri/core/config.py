@@ -192,7 +192,8 @@ class JobConfig(BaseModel):
             sequence_length=min(sequence, self.max_model_len) if self.max_model_len else sequence,
             lora_rank=self.lora_rank,
             # transformers 5 renames it activation_checkpointing; TRL's GRPOConfig turns it on by default
-            gradient_checkpointing=grpo.get("activation_checkpointing", grpo.get("gradient_checkpointing")) is not False,
+            gradient_checkpointing=grpo.get("activation_checkpointing", grpo.get("gradient_checkpointing"))
+            is not False,
             weight_bytes=weight_bytes,
             activation_bytes=4 if grpo.get("bf16") is False and not grpo.get("fp16") else 2,
             reference_model=self.kl_coef > 0 and self.lora_rank is None,

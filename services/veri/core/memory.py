@@ -203,7 +203,7 @@ def fit(parameters: int, weight_gib: float, shape: ModelShape | None, setup: Tra
     budget = _trainer_budget(where)
     notes.append(f"trainer memory on GPU 0: {trainer.text()}, of {budget:.1f} GiB" + _budget_why(where))
     if refusal is None and not _trainer_fits(trainer, where):
-        refusal = _trainer_refusal(trainer, parameters, shape, setup, where)
+        refusal = _trainer_refusal(trainer, parameters, weight_gib, shape, setup, where)
     return Verdict(tuple(notes), refusal)
 
 
@@ -231,8 +231,8 @@ def _trainer_fits(trainer: TrainerEstimate, where: Placement) -> bool:
                 and trainer.persistent_gib > where.memory_gib * (1 - where.utilization))
 
 
-def _trainer_refusal(trainer: TrainerEstimate, parameters: int, shape: ModelShape, setup: TrainingSetup,
-                     where: Placement) -> Refusal:
+def _trainer_refusal(trainer: TrainerEstimate, parameters: int, weight_gib: float, shape: ModelShape,
+                     setup: TrainingSetup, where: Placement) -> Refusal:
     def fits(candidate: TrainingSetup, place: Placement = where) -> bool:
         return _trainer_fits(trainer_estimate(parameters, shape, candidate), place)
 
@@ -267,15 +267,36 @@ def _trainer_refusal(trainer: TrainerEstimate, parameters: int, shape: ModelShap
                            weight_bytes=min(candidate.weight_bytes, together.weight_bytes),
                            gradient_checkpointing=together.gradient_checkpointing or candidate.gradient_checkpointing,
                            reference_model=together.reference_model and candidate.reference_model)
-    batch = _largest_batch(lambda size: fits(replace(together, batch_size=size)), setup.batch_size + 1)
-    if options and batch:
-        steps = [text for _, text, _ in options]
+    steps = [text for _, text, _ in options]
+    place = where
+    if where.shared:  # 1 GPU: vLLM asleep during the step, and no more of the GPU than it needs
+        place = replace(where, sleep_mode=True, utilization=_least_utilization(weight_gib, shape, setup, where))
+        steps += [] if where.sleep_mode else ["`vllm_sleep_mode: true`"]
+        if place.utilization < where.utilization:
+            steps.append(f"`vllm_gpu_memory_utilization: {place.utilization:g}`")
+    batch = _largest_batch(lambda size: fits(replace(together, batch_size=size), place), setup.batch_size + 1)
+    if steps and batch:
         if batch < setup.batch_size:
             steps.append(f"`grpo: {{per_device_train_batch_size: {batch}}}`")
-        return Refusal(message, "fits with all of: " + "; ".join(steps), options[0][0])
-    more = ("2+ GPUs (GPU 0 then trains alone)" if where.shared
+        knob = options[0][0] if options else "vllm_sleep_mode"
+        return Refusal(message, "fits with all of: " + "; ".join(steps), knob)
+    more = ("2+ GPUs (GPU 0 then trains alone), a shorter max_model_len" if where.shared
             else f"a GPU 0 with at least {math.ceil(trainer.total_gib / 0.95)} GiB")
     return Refusal(message, f"use {more}, or a smaller model", "model")
+
+
+def _least_utilization(weight_gib: float, shape: ModelShape, setup: TrainingSetup, where: Placement) -> float:
+    """The smallest vllm_gpu_memory_utilization (in 0.05 steps) the policy fits in; the current one if none."""
+    for utilization in _utilizations():
+        if utilization < where.utilization and policy_estimate(
+                weight_gib, shape, tp=where.tp, memory_gib=where.memory_gib, utilization=utilization,
+                max_model_len=setup.max_model_len).fits:
+            return utilization
+    return where.utilization
+
+
+def _utilizations() -> list[float]:
+    return [round(step * 0.05, 2) for step in range(1, int(MAX_UTILIZATION / 0.05 + 1e-9) + 1)]
 
 
 def _largest_batch(fits: Any, below: int) -> int | None:
@@ -289,7 +310,7 @@ def _largest_batch(fits: Any, below: int) -> int | None:
 def _policy_refusal(policy: PolicyEstimate, weight_gib: float, shape: ModelShape | None,
                     where: Placement) -> Refusal:
     fixes = []
-    for utilization in (round(step * 0.05, 2) for step in range(1, int(MAX_UTILIZATION / 0.05) + 1)):
+    for utilization in _utilizations():
         if utilization > where.utilization and policy_estimate(
                 weight_gib, shape, tp=where.tp, memory_gib=where.memory_gib, utilization=utilization,
                 max_model_len=policy.needed_tokens).fits:
