@@ -215,8 +215,8 @@ def _layout(config: JobConfig, context: CheckContext) -> list[Problem]:
         # whole box; this container sees only its own GPU, so a plan made here would differ.
         try:
             context.notes.append("GPU layout (the stack's, VERI_GPU_PLAN): " + layout.plan_from_env().describe())
-        except layout.LayoutError as error:
-            return [_layout_problem(config, error)]
+        except layout.LayoutError as bad_plan:
+            return [_layout_problem(config, bad_plan)]
         return []
     if gpus is None and config.device != layout.PolicyDevice.CPU:
         gpus = layout.probe_gpus()

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 GIB = 2**30
 PROMPT_TOKENS = 1024  # a training row's first prompt (max_response_length holds all later turns)
@@ -58,7 +58,7 @@ class ModelShape:
         values = [config.get(name) for name in names]
         if not all(isinstance(value, int) and value > 0 for value in values):
             return None
-        hidden, layers, vocab, heads = values
+        hidden, layers, vocab, heads = cast(list[int], values)
         kv_heads = config.get("num_key_value_heads") or heads
         width = config.get("moe_intermediate_size") or config.get("intermediate_size") or 4 * hidden
         positions = config.get("max_position_embeddings")
