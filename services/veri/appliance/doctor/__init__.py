@@ -28,6 +28,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                          help="a job file: also its images, model folder and plan on this box")
     command.add_argument("--no-container-probe", action="store_true",
                          help="skip the short docker run that checks a container gets the GPUs")
+    command.add_argument("--quiet", action="store_true", help="only what fails or warns, and the verdict")
     command.add_argument("--json", action="store_true", help="the facts as JSON")
     command.set_defaults(func=_run)
 
@@ -82,6 +83,8 @@ def _run(args: argparse.Namespace) -> int:
     facts = diagnose(args.config, container_probe=not args.no_container_probe)
     if args.json:
         print(json.dumps([asdict(fact) for fact in facts], indent=2))
+    elif args.quiet:
+        print(render([fact for fact in facts if fact.status in (Status.FAIL, Status.WARN)], verdict_of=facts))
     else:
         print(f"veri doctor: the facts that decide a first run on this host{where}")
         print(render(facts))
