@@ -83,7 +83,8 @@ def table(rows: list[dict[str, Any]], device: str, doctor: Path | None) -> str:
     """Markdown: the box (GPUs, driver) above, one row per weight-sync backend."""
     lines = [f"gpu_check on {device}: {_box(device)}", ""]
     if doctor is not None and doctor.is_file():
-        failing = [line.strip() for line in doctor.read_text().splitlines() if line.strip().startswith(("FAIL", "WARN"))]
+        lines_of = [line.strip() for line in doctor.read_text().splitlines()]
+        failing = [line for line in lines_of if line.startswith(("FAIL", "WARN"))]
         lines += [f"veri doctor: {'; '.join(failing) if failing else 'all pass'}", ""]
     lines += ["| sync | plan | rollout / reward / train / sync s | sync GB/s | IS ratio | logprobs moved |"
               " sleep freed GiB | proxy/direct |", "|---|---|---|---|---|---|---|---|"]

@@ -12,6 +12,7 @@ from veri.core import envs
 
 GIB = 2**30
 MIN_FREE_GB = 10  # checkpoints, archives, harness images
+STOP_BELOW_GB = 1  # as scripts/disk-check.sh: below this a build or a checkpoint fails half-way
 GPU_IMAGES_GB = 20  # veri/vllm-gpu-deps + veri/vllm while they build
 MIN_SHM_GIB = 1.0  # vLLM's workers (TP, DP) and NCCL share tensors through the host's /dev/shm (ipc: host)
 PROBE_TIMEOUT_S = 120
@@ -101,7 +102,7 @@ def disk_fact(repo: Path, docker_root: str | None, *, gpu_images_missing: bool) 
     if short:
         fix = ("docker image prune -f (untagged images); rm -rf build/state/jobs/<old job> (checkpoints);"
                " scripts/disk-check.sh says what else to remove")
-        status = Status.FAIL if min(places.values()) < MIN_FREE_GB / 2 else Status.WARN
+        status = Status.FAIL if min(places.values()) < STOP_BELOW_GB else Status.WARN
         return Fact("disk", status, f"{found}: a first run needs about {need} GB"
                     + (" (the GPU images are not built yet)" if gpu_images_missing else ""), fix)
     return Fact("disk", Status.PASS, found)

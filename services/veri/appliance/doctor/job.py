@@ -92,9 +92,12 @@ def model_fact(config: JobConfig | None) -> Fact:
     if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         return Fact("model", Status.FAIL, f"{path}: no tokenizer files", "copy the tokenizer files into the folder")
     weights = sorted(path.glob("*.safetensors"))
+    if not weights and sorted(path.glob("*.bin")):
+        return Fact("model", Status.WARN, f"{path}: PyTorch .bin weights only: they load, but the planner reads"
+                    " the model's size from config.json alone", "save it as safetensors (save_pretrained)")
     if not weights:
-        return Fact("model", Status.FAIL, f"{path}: no *.safetensors (a .bin-only or git-lfs pointer checkout?)",
-                    "copy the safetensors weights (git lfs pull, or save_pretrained with safe_serialization)")
+        return Fact("model", Status.FAIL, f"{path}: no weights (*.safetensors)",
+                    "copy the safetensors weights (git lfs pull in a git checkout of the model)")
     size = sum(file.stat().st_size for file in weights) / 1e9
     return Fact("model", Status.PASS, f"{path}: {len(weights)} safetensors file(s), {size:.1f} GB")
 
