@@ -19,7 +19,12 @@ down:
 logs:
 	@$(STACK_PATHS) VERI_CONTROL_TOKEN=unused $(COMPOSE) -p $${VERI_PROJECT:-veri} logs --tail 100
 
-.PHONY: train
+.PHONY: doctor train
+# make doctor [CONFIG=config/url_extract.yaml]: the host's facts that decide a first run (GPUs, driver,
+# container runtime, docker + runsc, disk, shm; with CONFIG its images, model folder and plan), each with its fix
+doctor: venv
+	@$(BIN)/veri doctor $(CONFIG)
+
 # make train CONFIG=config/url_extract_cpu.yaml [RESUME=1] [NAME=job]
 train: images venv
 	@COMPOSE="$(COMPOSE)" CONFIG="$(CONFIG)" RESUME="$(RESUME)" NAME="$(NAME)" scripts/stack/train.sh

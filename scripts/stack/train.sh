@@ -20,6 +20,10 @@ if [ ! -f "$model_dir/config.json" ]; then
     *) echo "make train: no model at $model_dir; put a transformers folder there" >&2; exit 1 ;;
   esac
 fi
+# The host's facts that decide a first run (driver, GPUs, a container that gets them, docker + runsc,
+# disk, shm, the GPU images, the model folder, the plan): stop on the first run's failures, with the fixes.
+"$VERI" doctor --quiet "$CONFIG" || { echo "make train: stopped before starting anything: fix what veri doctor" \
+  "says above (make doctor CONFIG=$CONFIG shows every fact)" >&2; exit 1; }
 # The job's stack settings; a vLLM job's plan is made here, once, and printed (stack-env's stderr).
 settings=$("$VERI" stack-env "$CONFIG")
 eval "$settings"

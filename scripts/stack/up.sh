@@ -30,7 +30,11 @@ export VERI_CONTROL_TOKEN=$(cat "$state/control_token")
 model_dir=$VERI_MODELS_DIR/${VERI_MODEL:-tiny}
 [ -f "$model_dir/config.json" ] || { echo "make up: no model at $model_dir (make tiny-model, or set VERI_MODEL)" >&2; exit 1; }
 
-$COMPOSE -p "$project" up -d --remove-orphans
+# A policy server that never becomes healthy fails `up` (the proxy waits for it): say what it logged.
+if ! $COMPOSE -p "$project" up -d --remove-orphans; then
+  scripts/stack/policy_failed.sh "$project" "$state" || true
+  exit 1
+fi
 for _ in $(seq 1 300); do
   if python3 -c "import sys, urllib.request
 for port in sys.argv[1:]: urllib.request.urlopen(f'http://127.0.0.1:{port}/health', timeout=2)" $healthy_ports 2>/dev/null; then

@@ -79,3 +79,22 @@ def test_model_only_needs_no_model_folder(tmp_path):
     values = stack_env(job, tmp_path / "state", model_only=True)
     assert values == {"VERI_MODELS_DIR": str(tmp_path / "models"), "VERI_MODEL": "tiny-vllm"}
     assert not (tmp_path / "state").exists()
+
+
+def test_the_health_checks_start_period_grows_with_the_model_and_tp():
+    from veri.appliance.policy_compose import HEALTH_INTERVAL_S, HEALTH_RETRIES, START_BASE_S
+    from veri.core.layout import ModelFacts, plan_layout
+
+    heads = ModelFacts(32, 8, parameters=None)
+
+    def period(gpus: int, weights_gib: float | None, tp: int | None = None) -> int:
+        plan = plan_layout(GpuInventory.nvidia(gpus), heads, tensor_parallel_size=tp)
+        service = compose_override(plan, model="/models/m", images=images_for(plan), weights_gib=weights_gib)
+        health = service["services"]["policy"]["healthcheck"]
+        assert (health["interval"], health["retries"]) == (f"{HEALTH_INTERVAL_S}s", HEALTH_RETRIES)
+        return int(health["start_period"].removesuffix("s"))
+
+    small, large = period(2, 7.5), period(2, 130.0)
+    assert period(2, None) == START_BASE_S[plan_layout(GpuInventory.nvidia(2), heads).device]
+    assert START_BASE_S["cuda"] < small < large and large > 10 * 60  # a 70B's cold read takes minutes
+    assert period(5, 130.0, tp=4) > period(5, 130.0, tp=1)  # every further rank starts its own worker

@@ -3,8 +3,11 @@
     veri layout --gpus 4 --heads 32 --kv-heads 8 --params-b 4 --gpu-memory-gb 24 --dp auto
     veri layout --gpus 8 --model /models/Llama-70B --gpu-memory-gb 80 --json
 
-Without `--gpus` it plans for this machine (nvidia-smi). `--json` prints the plan as the containers get
-it (VERI_GPU_PLAN). A combination that cannot be planned prints one line with the fix and exits 2.
+With `--model` (its config.json) and the GPU memory known, the trainer's and the policy's memory are
+estimated (veri.core.memory) from the trainer flags (`--lora-rank`, `--batch-size`, ...: the job's knobs)
+and a plan that cannot fit is refused with the fix. Without `--gpus` it plans for this machine (nvidia-smi).
+`--json` prints the plan as the containers get it (VERI_GPU_PLAN). A combination that cannot be planned
+prints one line with the fix and exits 2.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from veri.core import layout
+from veri.core import layout, memory
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -36,6 +39,17 @@ def register(commands: argparse._SubParsersAction) -> None:
     command.add_argument("--weight-sync", choices=[item.value for item in layout.WeightSync], default="auto")
     command.add_argument("--device", choices=[item.value for item in layout.PolicyDevice], default="auto")
     command.add_argument("--sleep-mode", action="store_true", help="vllm_sleep_mode (1 GPU, or --device cpu)")
+    train = command.add_argument_group("the trainer's memory (estimated with --model; the job's knobs)")
+    train.add_argument("--lora-rank", type=int, default=None, help="lora_rank (default: full fine-tune)")
+    train.add_argument("--batch-size", type=int, default=memory.TRL_BATCH_SIZE,
+                       help=f"grpo.per_device_train_batch_size (default TRL's {memory.TRL_BATCH_SIZE})")
+    train.add_argument("--max-response-length", type=int, default=4096, help="max_response_length (default 4096)")
+    train.add_argument("--max-model-len", type=int, default=None,
+                       help="max_model_len (default: the model's positions)")
+    train.add_argument("--no-gradient-checkpointing", action="store_true",
+                       help="grpo.gradient_checkpointing: false (TRL's default is on)")
+    train.add_argument("--train-dtype", choices=["float32", "bfloat16"], default="float32",
+                       help="grpo.model_init_kwargs.dtype: the trainer's weights (TRL's default float32)")
     command.add_argument("--json", action="store_true", help="print the plan as JSON (what VERI_GPU_PLAN carries)")
     command.set_defaults(func=_print)
 
@@ -59,6 +73,19 @@ def plan_from_args(args: argparse.Namespace) -> layout.GpuLayout:
         weight_sync=layout.WeightSync(args.weight_sync),
         device=layout.PolicyDevice(args.device),
         sleep_mode=args.sleep_mode,
+        training=_training(args) if facts.shape is not None else None,
+    )
+
+
+def _training(args: argparse.Namespace) -> memory.TrainingSetup:
+    sequence = args.max_response_length + memory.PROMPT_TOKENS
+    return memory.TrainingSetup(
+        batch_size=args.batch_size,
+        sequence_length=min(sequence, args.max_model_len) if args.max_model_len else sequence,
+        lora_rank=args.lora_rank,
+        gradient_checkpointing=not args.no_gradient_checkpointing,
+        weight_bytes=4 if args.train_dtype == "float32" else 2,
+        max_model_len=args.max_model_len,
     )
 
 
@@ -87,7 +114,8 @@ def _print(args: argparse.Namespace) -> int:
 def _bad_number(args: argparse.Namespace) -> tuple[str, str] | None:
     """Flags no plan can use (the planner assumes sane numbers)."""
     for flag, value in (("--gpus", args.gpus), ("--heads", args.heads), ("--kv-heads", args.kv_heads),
-                        ("--tp", args.tp)):
+                        ("--tp", args.tp), ("--lora-rank", args.lora_rank), ("--batch-size", args.batch_size),
+                        ("--max-response-length", args.max_response_length), ("--max-model-len", args.max_model_len)):
         least = 0 if flag == "--gpus" else 1
         if value is not None and value < least:
             return f"{flag} {value} is not a valid count", f"give {flag} a whole number >= {least}"

@@ -31,6 +31,15 @@ NCCL_FLAGS = ("--weight-transfer-config", '{"backend": "nccl"}')
 # graphs; 1 GiB of KV cache per server (the 2-core CI box runs two of them next to the trainer).
 CPU_FLAGS = ("--dtype", "float32", "--enforce-eager")
 CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+# How long a vLLM server may take to answer /health before compose's health checks count: the engine's
+# start (torch.compile, CUDA graphs; the CPU twin on a shared 2-core box), a cold read of its weights,
+# and each further TP rank's worker, NCCL setup and graph capture. Then HEALTH_RETRIES x HEALTH_INTERVAL_S
+# more before the server is unhealthy and `make train` stops with its log (scripts/stack/policy_failed.sh).
+START_BASE_S = {PolicyDevice.CUDA: 180, PolicyDevice.CPU: 300}
+LOAD_GIB_PER_S = 0.2  # a cold, conservative disk read of the checkpoint (every rank reads its shard)
+TP_RANK_S = 30
+HEALTH_INTERVAL_S = 5
+HEALTH_RETRIES = 60
 
 
 @dataclass(frozen=True)
@@ -55,13 +64,17 @@ def policy_urls(plan: GpuLayout) -> list[str]:
 
 
 def compose_override(
-    plan: GpuLayout, *, model: str, images: PolicyImages, max_model_len: int | None = None
+    plan: GpuLayout, *, model: str, images: PolicyImages, max_model_len: int | None = None,
+    weights_gib: float | None = None,
 ) -> dict[str, Any]:
-    """The override's services for `plan`; `model` is the model's path inside the containers."""
+    """The override's services for `plan`; `model` is the model's path inside the containers, `weights_gib`
+    its size (the health check's start period grows with it; None: unknown, the base period)."""
     services: dict[str, Any] = {}
     names = server_names(plan)
+    start = start_period_s(plan, weights_gib)
     for name, server in zip(names, plan.policy_servers, strict=True):
-        services[name] = _policy_service(plan, server, model=model, image=images.vllm, max_model_len=max_model_len)
+        services[name] = _policy_service(plan, server, model=model, image=images.vllm, max_model_len=max_model_len,
+                                         start_period=start)
     services["proxy"] = {"depends_on": {name: {"condition": "service_healthy"} for name in names}}
     services["trainer"] = _trainer_service(plan, images.trainer)
     return {"services": services}
@@ -79,8 +92,15 @@ def vllm_command(plan: GpuLayout, server: PolicyServer, *, model: str, max_model
     return command
 
 
+def start_period_s(plan: GpuLayout, weights_gib: float | None) -> int:
+    """Seconds before a vLLM server's failed health checks count: grows with the model and with TP."""
+    base = START_BASE_S[plan.device]
+    load = (weights_gib or 0) / LOAD_GIB_PER_S
+    return int(base + load + TP_RANK_S * (plan.tensor_parallel_size - 1))
+
+
 def _policy_service(
-    plan: GpuLayout, server: PolicyServer, *, model: str, image: str, max_model_len: int | None
+    plan: GpuLayout, server: PolicyServer, *, model: str, image: str, max_model_len: int | None, start_period: int
 ) -> dict[str, Any]:
     environment = {"VLLM_SERVER_DEV_MODE": "1"}  # /collective_rpc, /reset_prefix_cache, weight transfer
     if plan.device == PolicyDevice.CPU:
@@ -95,7 +115,8 @@ def _policy_service(
         "healthcheck": {
             "test": ["CMD", "python3", "-c",
                      f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{POLICY_PORT}/health')"],
-            "interval": "2s", "timeout": "5s", "retries": 300,  # vLLM takes minutes to load on a cold box
+            "interval": f"{HEALTH_INTERVAL_S}s", "timeout": "5s", "retries": HEALTH_RETRIES,
+            "start_period": f"{start_period}s",
         },
         "stop_grace_period": "30s",
     }

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veri.core import gpu_pins, layout
+from veri.core import envs, gpu_pins, layout
 from veri.core.config import Backend, JobConfig, RewardConfig, UnknownKeyFix
 from veri.core.dataset import read_dataset
 from veri.core.harness import MANIFEST_FILE, ManifestError, load_manifest
@@ -231,6 +232,14 @@ def _layout(config: JobConfig, context: CheckContext) -> list[Problem]:
     except layout.LayoutError:
         return []  # the model check reports the folder
     gpus = context.gpus
+    if gpus is None and os.environ.get(envs.VERI_GPU_PLAN):
+        # Inside the stack's trainer: planned (and its memory checked) before the stack started, for the
+        # whole box; this container sees only its own GPU, so a plan made here would differ.
+        try:
+            context.notes.append("GPU layout (the stack's, VERI_GPU_PLAN): " + layout.plan_from_env().describe())
+        except layout.LayoutError as bad_plan:
+            return [_layout_problem(config, bad_plan)]
+        return []
     if gpus is None and config.device != layout.PolicyDevice.CPU:
         gpus = layout.probe_gpus()
         if gpus.vendor == layout.GpuVendor.NONE:  # validating away from the GPU box
@@ -277,5 +286,6 @@ CHECKS: list[tuple[tuple[str, ...], Check]] = [
     (("model", "max_model_len", "max_response_length"), _context_length),
     (("grpo",), _grpo),
     (("backend", "model", "vllm_tensor_parallel_size", "vllm_data_parallel_size", "vllm_gpu_memory_utilization",
-      "weight_sync", "device", "vllm_sleep_mode"), _layout),
+      "weight_sync", "device", "vllm_sleep_mode", "max_model_len", "max_response_length", "lora_rank", "kl_coef",
+      "grpo"), _layout),
 ]

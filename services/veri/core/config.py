@@ -40,6 +40,7 @@ from veri.core.layout import (
     plan_layout,
     probe_gpus,
 )
+from veri.core.memory import PROMPT_TOKENS, TRL_BATCH_SIZE, TrainingSetup
 from veri.core.problems import Problem, ProblemsError
 
 
@@ -185,6 +186,28 @@ class JobConfig(BaseModel):
             weight_sync=self.weight_sync,
             device=self.device,
             sleep_mode=self.vllm_sleep_mode,
+            training=self.training_setup(),
+        )
+
+    def training_setup(self) -> TrainingSetup:
+        """The knobs the trainer's memory depends on, with TRL 1.16's defaults where the job sets none."""
+        grpo = self.grpo
+        batch = grpo.get("per_device_train_batch_size", TRL_BATCH_SIZE)
+        init = grpo.get("model_init_kwargs")
+        dtype = str(init.get("dtype") or init.get("torch_dtype") or "float32") if isinstance(init, dict) else "float32"
+        weight_bytes = 4 if dtype.removeprefix("torch.") == "float32" else 2  # auto: the checkpoint's (half, mostly)
+        sequence = self.max_response_length + PROMPT_TOKENS
+        return TrainingSetup(
+            batch_size=batch if isinstance(batch, int) and batch > 0 else TRL_BATCH_SIZE,
+            sequence_length=min(sequence, self.max_model_len) if self.max_model_len else sequence,
+            lora_rank=self.lora_rank,
+            # transformers 5 renames it activation_checkpointing; TRL's GRPOConfig turns it on by default
+            gradient_checkpointing=grpo.get("activation_checkpointing", grpo.get("gradient_checkpointing"))
+            is not False,
+            weight_bytes=weight_bytes,
+            activation_bytes=4 if grpo.get("bf16") is False and not grpo.get("fp16") else 2,
+            reference_model=self.kl_coef > 0 and self.lora_rank is None,
+            max_model_len=self.max_model_len,
         )
 
 

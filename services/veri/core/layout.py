@@ -35,7 +35,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, TypeGuard, cast
 
-from veri.core import envs
+from veri.core import envs, memory
+from veri.core.memory import ModelShape, TrainingSetup
 
 TRAINER_GPU = 0
 MAX_GPUS = 8
@@ -45,7 +46,7 @@ SHARED_MEMORY_UTILIZATION = 0.3  # 1 GPU: vLLM's share by default; the trainer n
 # A replica "fits" when its share of the weights plus this fraction of the GPU (KV cache, activations,
 # CUDA graphs) fits in the memory vLLM may use. Rough on purpose: it only picks TP for `auto`.
 KV_CACHE_HEADROOM = 0.2
-GIB = 2**30
+GIB = memory.GIB
 _MAX_SAFETENSORS_HEADER = 100 * 2**20  # more is not a safetensors header (e.g. a git-lfs pointer)
 
 DataParallelSize = int | Literal["auto"] | None
@@ -110,6 +111,7 @@ class ModelFacts:
     parameters: int | None = None  # None: unknown
     dtype_bytes: int = 2  # per parameter, as vLLM serves it
     source: str = ""  # where `parameters` came from
+    shape: ModelShape | None = None  # the sizes memory depends on (config.json); None: unknown
 
     @classmethod
     def from_heads(cls, heads: int, kv_heads: int | None = None, parameters: int | None = None) -> ModelFacts:
@@ -140,7 +142,8 @@ def model_facts(model_dir: Path) -> ModelFacts:
     if parameters is None:
         parameters, source = estimate_parameters(text), "estimated from config.json"
     dtype = text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype") or config.get("dtype")
-    return ModelFacts(heads, kv_heads, parameters, _serving_dtype_bytes(dtype), source if parameters else "")
+    return ModelFacts(heads, kv_heads, parameters, _serving_dtype_bytes(dtype), source if parameters else "",
+                      ModelShape.from_config(text))
 
 
 def attention_heads(model_dir: Path) -> int:
@@ -318,24 +321,41 @@ def plan_layout(
     weight_sync: WeightSync = WeightSync.AUTO,
     device: PolicyDevice = PolicyDevice.AUTO,
     sleep_mode: bool = False,
+    training: TrainingSetup | None = None,
 ) -> GpuLayout:
     """Plan where the trainer and the policy run, or raise `LayoutError` naming the fix.
 
     `model`: the model's facts (a bare int = its attention-head count, nothing else known). The knobs
     are the job's (None / AUTO: planned): `vllm_tensor_parallel_size`, `vllm_data_parallel_size` (an
     int or "auto"), `vllm_gpu_memory_utilization`, `weight_sync`, `device`, `vllm_sleep_mode`.
+    `training`: the trainer's knobs; given, the trainer's and the policy's memory are estimated
+    (veri.core.memory) and a plan that cannot fit is refused with the fix.
     """
     facts = model if isinstance(model, ModelFacts) else ModelFacts.from_heads(model)
     auto_dp = data_parallel_size == AUTO
     given_dp = data_parallel_size if isinstance(data_parallel_size, int) else None
     knobs = _Knobs(tensor_parallel_size, given_dp, auto_dp, gpu_memory_utilization, WeightSync(weight_sync),
-                   sleep_mode)
+                   sleep_mode, training is not None)
     if device == PolicyDevice.CPU:
         return _plan_cpu(facts, knobs)
     _check_machine(gpus)
-    if gpus.count == 1:
-        return _plan_shared(gpus, facts, knobs)
-    return _plan_split(gpus, facts, knobs)
+    plan = _plan_shared(gpus, facts, knobs) if gpus.count == 1 else _plan_split(gpus, facts, knobs)
+    return plan if training is None else _check_memory(plan, gpus, facts, training)
+
+
+def _check_memory(plan: GpuLayout, gpus: GpuInventory, facts: ModelFacts, training: TrainingSetup) -> GpuLayout:
+    """The plan with the memory estimates in its notes, or `LayoutError` naming what makes it fit."""
+    if gpus.memory_gib is None or facts.parameters is None or facts.weight_gib is None:
+        missing = "the GPU memory (nvidia-smi or --gpu-memory-gb)" if gpus.memory_gib is None else "the model's size"
+        return dataclasses.replace(plan, notes=(*plan.notes, f"memory: not estimated ({missing} is unknown)"))
+    utilization = plan.gpu_memory_utilization or VLLM_DEFAULT_MEMORY_UTILIZATION
+    larger = () if plan.shared else tuple(_tp_choices(plan.total_gpus - 1, facts))
+    where = memory.Placement(gpus.memory_gib, plan.tensor_parallel_size, utilization, plan.shared,
+                             plan.sleep_mode, larger)
+    verdict = memory.fit(facts.parameters, facts.weight_gib, facts.shape, training, where)
+    if verdict.refusal is not None:
+        raise LayoutError(*verdict.refusal)
+    return dataclasses.replace(plan, notes=(*plan.notes, *verdict.notes))
 
 
 def parallel_size_problem(
@@ -377,6 +397,7 @@ class _Knobs:
     memory_utilization: float | None
     weight_sync: WeightSync
     sleep_mode: bool = False
+    estimated: bool = False  # veri.core.memory writes the memory notes (and refuses what cannot fit)
 
 
 def _plan_split(gpus: GpuInventory, facts: ModelFacts, knobs: _Knobs) -> GpuLayout:
@@ -396,7 +417,8 @@ def _plan_split(gpus: GpuInventory, facts: ModelFacts, knobs: _Knobs) -> GpuLayo
     else:
         tp, dp, why, fitted = _given_replicas(free, facts, knobs.tp, knobs.dp or 1)
     sync = WeightSync.FILESYSTEM if knobs.weight_sync == WeightSync.FILESYSTEM else WeightSync.NCCL
-    notes = [why, *_memory_notes(facts, tp, gpus.memory_gib, utilization), *_idle_notes(free, tp, dp, fitted)]
+    rough = [] if knobs.estimated else _memory_notes(facts, tp, gpus.memory_gib, utilization)
+    notes = [why, *rough, *_idle_notes(free, tp, dp, fitted)]
     if dp > 1:
         notes.append(f"one vLLM server with --data-parallel-size {dp}; the proxy pins each rollout to one rank"
                      " (X-data-parallel-rank header)")
@@ -420,7 +442,7 @@ def _plan_shared(gpus: GpuInventory, facts: ModelFacts, knobs: _Knobs) -> GpuLay
     notes = [
         (f"1 GPU: the trainer and vLLM share GPU {TRAINER_GPU}; vLLM may use {utilization:.0%} of its memory"
          " (vllm_gpu_memory_utilization), the trainer the rest"),
-        *_memory_notes(facts, 1, gpus.memory_gib, utilization),
+        *([] if knobs.estimated else _memory_notes(facts, 1, gpus.memory_gib, utilization)),
         "weight sync filesystem: TRL's NCCL communicator cannot connect two processes on one device",
         ("vllm_sleep_mode: vLLM sleeps (level 1: weights to host memory, KV cache freed) from the end of each"
          " step's rollouts until the next weight sync, so the trainer's step gets its memory"

@@ -1,0 +1,68 @@
+"""bench/gpu_check.sh plans on every shape it claims (issue 21 item 3): its planning step (the jobs it
+writes, through `veri stack-env`) with a stand-in nvidia-smi for 1, 2, 4 and 8 GPUs; and its summary
+table (item 7) from the rows its report appends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import nvidia_smi
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _env(tmp_path: Path, count: int) -> dict[str, str]:
+    folder = nvidia_smi.install(tmp_path / "smi", nvidia_smi.gpus(count, 80))
+    env = {key: value for key, value in os.environ.items() if key != "CUDA_VISIBLE_DEVICES"}
+    return {**env, "PATH": f"{folder}:{env['PATH']}", "GPU_CHECK_OUT": str(tmp_path / "out")}
+
+
+@pytest.mark.parametrize("count", [1, 2, 4, 8])
+def test_its_planning_step_plans_every_gpu_count(tmp_path: Path, count: int):
+    done = subprocess.run(["bench/gpu_check.sh"], cwd=REPO, env={**_env(tmp_path, count), "PLAN_ONLY": "1"},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    plans = [line for line in done.stderr.splitlines() if line.startswith("veri stack-env: ")]
+    assert len(plans) == (1 if count == 1 else 2), done.stderr  # filesystem; + nccl with 2+
+    shape = "1 GPU: trainer and policy (vLLM)" if count == 1 else f"{count} GPUs: trainer on GPU 0"
+    assert all(shape in plan for plan in plans), plans
+    jobs = sorted((tmp_path / "out").glob("job-cuda-*.yaml"))
+    sleeping = ["vllm_sleep_mode: true" in job.read_text() for job in jobs]
+    assert sleeping == [count == 1] * len(jobs)  # sleep mode on the shared GPU only
+
+
+def test_the_cpu_twins_job_as_it_was_is_refused_on_two_gpus(tmp_path: Path):
+    """What the planning step fixes: the CPU twin's job keeps vllm_sleep_mode, which 2+ GPUs refuse."""
+    job = tmp_path / "job.yaml"
+    job.write_text((REPO / "config/url_extract_vllm_cpu.yaml").read_text().replace("device: cpu", "device: cuda")
+                   .replace("vllm_data_parallel_size: 2", "vllm_data_parallel_size: auto"))
+    done = subprocess.run([str(REPO / ".venv/bin/veri"), "stack-env", str(job), "--state", str(tmp_path / "s")],
+                          cwd=REPO, env=_env(tmp_path, 2), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "vllm_sleep_mode" in done.stderr, done.stderr
+
+
+def test_the_summary_table_has_the_box_and_one_row_per_backend(tmp_path: Path):
+    rows = tmp_path / "summary.jsonl"
+    row = {"sync": "nccl", "plan": "4 GPUs: trainer on GPU 0; policy (vLLM) TP=1 x DP=3 on GPUs 1,2,3",
+           "split": {"rollout": 3.5, "reward": 0.1, "train": 2.25, "weight_sync": 0.5}, "sync_s": 0.5,
+           "sync_gb_s": 1.25, "is_ratio": 1.0002, "moved": 0.2, "sleep_freed_gib": None, "proxy_direct": 0.97}
+    rows.write_text(json.dumps(row) + "\n" + json.dumps({**row, "sync": "filesystem", "sync_gb_s": None}) + "\n")
+    doctor = tmp_path / "doctor.txt"
+    doctor.write_text("  PASS  NVIDIA GPUs  4 x NVIDIA H100\n  WARN  disk  12 GB free\n")
+    env = _env(tmp_path, 4)
+    done = subprocess.run([sys.executable, "bench/gpu_check_report.py", "--table", str(rows), "--doctor", str(doctor)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "gpu_check on cuda: 4 x NVIDIA H100 80GB HBM3 (81559 MiB); driver 580.82.07"
+    assert "veri doctor: WARN  disk  12 GB free" in done.stdout
+    table = [line for line in lines if line.startswith("| ")]
+    assert len(table) == 3 and "sync GB/s" in table[0]
+    assert table[1].split(" | ")[2:] == ["3.50 / 0.10 / 2.25 / 0.50", "1.25", "1.0002", "0.200", "n/a", "0.970 |"]
+    assert table[2].startswith("| filesystem |") and "| n/a |" in table[2]
