@@ -30,12 +30,15 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import structlog
 
 from veri.core.records import RecordedRequest, ReplicaStats, SessionStatus, Span
 from veri.proxy.checkpointer import WalCheckpointer
 from veri.proxy.errors import CaptureFailed, InvalidApiKey, InvalidRequest, SessionClosed, UnknownRollout
 from veri.proxy.long_texts import LongTexts, hashes_at, join
 from veri.proxy.replicas import Replica
+
+log = structlog.get_logger("veri.proxy.store")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -262,6 +265,7 @@ class SpanStore:
         # store ever had (~1 ms at 20k, in every session open).
         self._db.execute("CREATE INDEX IF NOT EXISTS sessions_by_status ON sessions (status, replica)")
         self._recent_ids = RecentIds()
+        self._dropped: set[int] = set()  # notes of failed requests not deleted yet (`drop_request`)
         self._stored_texts: set[str] = set()  # long texts this worker knows are in `texts` (never deleted)
         self._policy_version = PolicyVersionMirror(folder / "policy_version")
         self._write_policy_version(None)  # the mirror from the row: it may be new, or older than the row
@@ -647,10 +651,15 @@ class SpanStore:
 
     def begin_request(self, rollout_id: str, request_key: str) -> int:
         """Note a request the capture path is taking on; its id goes to `add_span(answers=...)`."""
-        with self._lock:
-            cursor = self._db.execute(
-                "INSERT INTO requests (rollout_id, request_key, started_at, worker_pid) VALUES (?, ?, ?, ?)",
-                (rollout_id, request_key, time.time(), os.getpid()))
+        try:
+            with self._lock:
+                self._delete_dropped()
+                cursor = self._db.execute(
+                    "INSERT INTO requests (rollout_id, request_key, started_at, worker_pid) VALUES (?, ?, ?, ?)",
+                    (rollout_id, request_key, time.time(), os.getpid()))
+        except sqlite3.Error as exc:
+            raise CaptureFailed(f"could not note the request in the span store ({exc}); nothing was sampled:"
+                                " retry the call") from exc
         return cursor.lastrowid or 0
 
     def drop_requests_of_worker(self, pid: int) -> int:
@@ -661,18 +670,38 @@ class SpanStore:
         return cursor.rowcount
 
     def drop_request(self, request_id: int) -> None:
-        """A request that ended without a span (the policy failed): a retry of it samples afresh."""
+        """A request that ended without a span (it failed anywhere): a retry of it samples afresh. A
+        note already answered (its span committed) stays. Never raises: where the store takes no
+        delete now (busy, disk full), this worker keeps the note as dropped, its own retries ignore
+        it, and its next store call deletes it; until then a retry on another worker waits for it."""
         with self._lock:
-            self._db.execute("DELETE FROM requests WHERE id = ? AND request_index IS NULL", (request_id,))
+            self._dropped.add(request_id)
+            self._delete_dropped()
+
+    def _delete_dropped(self) -> None:
+        """Delete the notes `drop_request` could not (under the lock)."""
+        if not self._dropped:
+            return
+        try:
+            self._db.executemany("DELETE FROM requests WHERE id = ? AND request_index IS NULL",
+                                 [(request_id,) for request_id in self._dropped])
+        except sqlite3.Error as exc:
+            log.warning("could not drop failed requests' notes; retried on the next call", error=str(exc),
+                        notes=len(self._dropped))
+            return
+        self._dropped.clear()
 
     def answered_request(self, rollout_id: str, request_key: str, *, in_flight_since: float) -> int | None:
         """Of the latest try of this request (one in flight counts only if it started after
         `in_flight_since`): the span that answered it, -1 while it is in flight; None: no try."""
         with self._lock:
+            self._delete_dropped()
+            dropped = tuple(self._dropped)  # notes of failed tries this worker could not delete yet
+            not_dropped = f" AND id NOT IN ({', '.join('?' * len(dropped))})" if dropped else ""
             found = self._db.execute(
                 "SELECT request_index FROM requests WHERE rollout_id = ? AND request_key = ?"
-                " AND (request_index IS NOT NULL OR started_at >= ?) ORDER BY id DESC LIMIT 1",
-                (rollout_id, request_key, in_flight_since),
+                f" AND (request_index IS NOT NULL OR started_at >= ?){not_dropped} ORDER BY id DESC LIMIT 1",
+                (rollout_id, request_key, in_flight_since, *dropped),
             ).fetchone()
         if found is None:
             return None
