@@ -29,6 +29,7 @@ from veri.proxy.recording import RequestRecorder
 from veri.proxy.rendering import ChatRendering, model_name
 from veri.proxy.replicas import PolicyReplicas, plan_replicas
 from veri.proxy.responses.api_router import router as responses_router
+from veri.proxy.rollout_routes import ErrorShape, error_shape
 from veri.proxy.settings import ProxySettings
 from veri.proxy.store import SpanStore
 from veri.proxy.timing import ServerTiming
@@ -82,8 +83,8 @@ def create_app(settings: ProxySettings) -> FastAPI:
 
     @app.exception_handler(ProxyError)
     async def proxy_error(request: Request, error: ProxyError) -> Response:
-        # Each protocol gets its own error shape; the Anthropic SDK reads `error.type`.
-        anthropic = "/v1/messages" in request.url.path
+        # Each route's declared error shape (`rollout_routes.py`); the Anthropic SDK reads `error.type`.
+        anthropic = error_shape(request.url.path) is ErrorShape.ANTHROPIC
         body = anthropic_error_body(error) if anthropic else openai_error_body(error)
         metrics.refused(error)
         log.info("request refused", path=request.url.path, status=error.status_code, reason=error.message)
