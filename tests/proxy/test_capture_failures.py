@@ -5,7 +5,7 @@ retry (openai, anthropic: `max_retries`) must be answered at once — sampled af
 try's completion reached no client — instead of waiting out the first try's in-flight note
 (`policy_timeout_s` + 30 s). Afterwards exactly one span per completion the client received, the
 earlier turn's intact and the retried one bridged from it. A failure after the span was committed is
-answered from that span (no second sample)."""
+answered from that span (no second sample). A store locked by another writer is a prompt 503."""
 
 from __future__ import annotations
 
@@ -23,14 +23,17 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from tests.proxy.test_app import policy_standin, settings_for
+from tests.proxy.test_app import open_session as app_session
+from tests.proxy.test_app import policy_standin, proxy_client, settings_for
 from tests.servers import free_port
 from veri.core.records import SessionInfo, Span
 from veri.proxy.app import create_app
 from veri.proxy.capture import IN_FLIGHT_GRACE_S
 from veri.proxy.errors import CaptureFailed
+from veri.proxy.history import RETRY_COUNT_HEADER
+from veri.proxy.rollout_routes import CHAT_COMPLETIONS, MESSAGES
 from veri.proxy.settings import ProxySettings
-from veri.proxy.store import SpanStore
+from veri.proxy.store import BUSY_TIMEOUT_S, SpanStore
 
 # What a retry behind a stranded note waited: the default policy timeout and the grace (~630 s).
 STRANDED_S = ProxySettings.model_fields["policy_timeout_s"].default + IN_FLIGHT_GRACE_S
@@ -240,3 +243,58 @@ def test_a_request_the_store_cannot_note_is_refused_as_a_capture_failure(tmp_pat
     with pytest.raises(CaptureFailed, match="nothing was sampled"):
         store.begin_request("r-1", "key")
     store.close()
+
+
+class LoopGaps:
+    """The longest the event loop went without running this task: what a blocking store call costs
+    every other call on the worker."""
+
+    def __init__(self) -> None:
+        self.longest, self.stopped = 0.0, False
+
+    async def watch(self, last: float) -> None:
+        while True:
+            now = time.monotonic()
+            self.longest, last = max(self.longest, now - last), now
+            if self.stopped:
+                return
+            await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("route", [CHAT_COMPLETIONS, MESSAGES], ids=["chat", "messages"])
+def test_a_store_locked_by_another_writer_is_a_prompt_503_and_the_retry_is_answered(route, reply_ids, tiny_model,
+                                                                                  tmp_path):
+    """Issue 23 item 6: a write lock held elsewhere (another worker's long write, a tool with the file
+    open) costs a call at most the store's busy timeout, refused with a retryable 503 in the route's
+    own error shape, instead of blocking the worker's event loop (it waited 30 s)."""
+    async def scenario() -> None:
+        async with policy_standin(reply_ids) as (url, standin), \
+                proxy_client(settings_for(url, tiny_model, tmp_path)) as proxy:
+            session = await app_session(proxy)
+            path = f"/r/{session.rollout_id}{route.path}"
+            body = {"model": "p", "max_tokens": 16, "messages": [{"role": "user", "content": "hello"}]}
+            key = {"authorization": f"Bearer {session.api_key}"}
+            gaps = LoopGaps()
+            watcher = asyncio.create_task(gaps.watch(time.monotonic()))  # counts from now, not its first run
+            holder = sqlite3.connect(tmp_path / "spans.sqlite", isolation_level=None)
+            holder.execute("BEGIN IMMEDIATE")  # the write lock, as another writer holds it
+            try:
+                refused = await proxy.post(path, json=body, headers={**key, RETRY_COUNT_HEADER: "0"})
+            finally:
+                holder.execute("ROLLBACK")
+                holder.close()
+                gaps.stopped = True
+                await watcher  # its last gap counted: the one the call ended
+            assert refused.status_code == 503, refused.text
+            error = refused.json()["error"]
+            assert error["type"] == ("overloaded_error" if route is MESSAGES else "service_unavailable")
+            assert "locked by another writer" in error["message"] and "retry the call" in error["message"]
+            assert gaps.longest < 10 * BUSY_TIMEOUT_S  # generous; the 30 s wait it replaces is 60 times that
+            assert standin.requests == []  # nothing was sampled
+
+            retry = await proxy.post(path, json=body, headers={**key, RETRY_COUNT_HEADER: "1"})
+            assert retry.status_code == 200, retry.text
+            [span] = (await proxy.get(f"/control/sessions/{session.rollout_id}/spans")).json()
+            assert span["response"]["id"] == retry.json()["id"] and span["client_retry_count"] == 1
+
+    asyncio.run(scenario())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -31,7 +32,7 @@ from veri.proxy.replicas import PolicyReplicas, plan_replicas
 from veri.proxy.responses.api_router import router as responses_router
 from veri.proxy.rollout_routes import ErrorShape, error_shape
 from veri.proxy.settings import ProxySettings
-from veri.proxy.store import SpanStore
+from veri.proxy.store import SpanStore, store_error
 from veri.proxy.timing import ServerTiming
 
 log = structlog.get_logger("veri.proxy")
@@ -89,6 +90,11 @@ def create_app(settings: ProxySettings) -> FastAPI:
         metrics.refused(error)
         log.info("request refused", path=request.url.path, status=error.status_code, reason=error.message)
         return json_response(body, status_code=error.status_code)
+
+    @app.exception_handler(sqlite3.Error)
+    async def store_refused(request: Request, error: sqlite3.Error) -> Response:
+        # A store write on the request path other than the span's own (those map their errors already).
+        return await proxy_error(request, store_error(error, "the span store refused a write"))
 
     @app.exception_handler(HTTPException)
     async def route_refused(request: Request, error: HTTPException) -> Response:
