@@ -12,10 +12,12 @@ import pytest
 
 from tests.prometheus import Scrape
 from tests.proxy.conftest import proxy_args
+from tests.proxy.test_app import open_session, policy_standin, proxy_client, settings_for
 from tests.proxy.test_openai_sdk import _AlternatingClients, _connections_to_each_worker, _run_tool_loop, client_for
 from tests.servers import start_server
 from veri.proxy.app import create_app
 from veri.proxy.control_client import ControlClient
+from veri.proxy.rollout_routes import BY_TEMPLATE, MODELS, RESPONSES, ROUTES, ErrorShape
 from veri.proxy.settings import ProxySettings
 from veri.proxy.timing import WORKER_PID_HEADER
 
@@ -136,5 +138,42 @@ def test_metrics_need_the_control_token_and_count_a_policy_outage(tiny_model, tm
             local = httpx.ASGITransport(app=open_app)
             async with httpx.AsyncClient(transport=local, base_url="http://proxy") as client:
                 assert (await client.get("/metrics")).status_code == 200
+
+    asyncio.run(scenario())
+
+
+def test_each_rollout_route_counts_and_refuses_as_its_declared_protocol(reply_ids, tiny_model, tmp_path):
+    """Issue 23 item 5: a route's protocol is declared once (rollout_routes.py); its metrics labels and its
+    error shape come from that declaration (a Responses call was counted as protocol `none`)."""
+    app = create_app(settings_for("http://127.0.0.1:9", tiny_model, tmp_path / "a"))
+    served = {path for path in app.openapi()["paths"] if path.startswith("/r/")}
+    assert served == set(BY_TEMPLATE)  # every rollout route declared, and every declaration served
+
+    async def scenario() -> None:
+        async with policy_standin(reply_ids) as (url, _), \
+                proxy_client(settings_for(url, tiny_model, tmp_path / "b")) as proxy:
+            session = await open_session(proxy)
+            base, key = f"/r/{session.rollout_id}", {"authorization": f"Bearer {session.api_key}"}
+            reply = await proxy.post(f"{base}{RESPONSES.path}", headers=key, json={"model": "p", "input": "hi"})
+            assert reply.status_code == 200, reply.text
+            for route in ROUTES:
+                method = "GET" if route is MODELS else "POST"
+                refused = await proxy.request(method, f"{base}{route.path}", headers={"authorization": "Bearer no"},
+                                              json={"model": "p"})
+                assert refused.status_code == 401
+                body = refused.json()
+                if route.errors is ErrorShape.ANTHROPIC:
+                    assert body["type"] == "error" and body["error"]["type"] == "authentication_error", route
+                else:
+                    assert body["error"]["type"] == "authentication_error" and "param" in body["error"], route
+            scrape = Scrape((await proxy.get("/metrics")).text)
+
+        responses = {"route": RESPONSES.template, "protocol": "openai.responses"}
+        assert scrape.value("veri_proxy_requests_total", **responses, status="200") == 1
+        assert scrape.value("veri_proxy_spans_total", protocol="openai.responses") == 1
+        for route in ROUTES:
+            assert scrape.value("veri_proxy_requests_total", route=route.template, protocol=str(route.protocol),
+                                status="401") == 1
+        assert "none" not in scrape.label_values("veri_proxy_requests_total", "protocol")
 
     asyncio.run(scenario())

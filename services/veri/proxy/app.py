@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -29,8 +30,9 @@ from veri.proxy.recording import RequestRecorder
 from veri.proxy.rendering import ChatRendering, model_name
 from veri.proxy.replicas import PolicyReplicas, plan_replicas
 from veri.proxy.responses.api_router import router as responses_router
+from veri.proxy.rollout_routes import ErrorShape, error_shape
 from veri.proxy.settings import ProxySettings
-from veri.proxy.store import SpanStore
+from veri.proxy.store import SpanStore, store_error
 from veri.proxy.timing import ServerTiming
 
 log = structlog.get_logger("veri.proxy")
@@ -82,12 +84,17 @@ def create_app(settings: ProxySettings) -> FastAPI:
 
     @app.exception_handler(ProxyError)
     async def proxy_error(request: Request, error: ProxyError) -> Response:
-        # Each protocol gets its own error shape; the Anthropic SDK reads `error.type`.
-        anthropic = "/v1/messages" in request.url.path
+        # Each route's declared error shape (`rollout_routes.py`); the Anthropic SDK reads `error.type`.
+        anthropic = error_shape(request.url.path) is ErrorShape.ANTHROPIC
         body = anthropic_error_body(error) if anthropic else openai_error_body(error)
         metrics.refused(error)
         log.info("request refused", path=request.url.path, status=error.status_code, reason=error.message)
         return json_response(body, status_code=error.status_code)
+
+    @app.exception_handler(sqlite3.Error)
+    async def store_refused(request: Request, error: sqlite3.Error) -> Response:
+        # A store write on the request path other than the span's own (those map their errors already).
+        return await proxy_error(request, store_error(error, "the span store refused a write"))
 
     @app.exception_handler(HTTPException)
     async def route_refused(request: Request, error: HTTPException) -> Response:

@@ -1,8 +1,9 @@
 """The capture path every chat-style route shares: prompt plan -> policy -> parsed reply -> span.
 
-Routes convert their protocol into a `ChatTurn`, call `sample`, format the reply in their own
-protocol, then `record` the span (durably) before anything is sent to the harness. Every call goes
-to the policy replica its session is pinned to (`replicas.py`), and its span says which.
+Routes convert their protocol into a `ChatTurn` and hand it to `answering.py`, which notes the call,
+calls `sample`, formats the reply in the route's protocol, then `record`s the span (durably) before
+anything is sent to the harness. Every call goes to the policy replica its session is pinned to
+(`replicas.py`), and its span says which.
 """
 
 from __future__ import annotations
@@ -133,23 +134,19 @@ class CaptureService:
         raw_request: dict[str, Any],
         tool_id_prefix: str,
         identity: RequestIdentity | None = None,
+        request_id: int | None = None,
     ) -> Sample:
-        """Sample a new call. With its `identity`, a client's retry of it finds it (`answered_retry`)."""
+        """Sample a new call. `request_id`: the store's note of it (`answering.py` takes and drops it),
+        which the span that answers it names."""
         started_at = time.time()
-        request_id = self.store.begin_request(session.rollout_id, identity.key) if identity else None
-        try:
-            with phase("render"):
-                plan = self.rendering.plan_prompt(self.store, session.rollout_id, turn.messages, turn.tools)
-            sampling = self.sampling_for(turn.max_tokens)
-            with phase("policy"):
-                completion = await self._complete(session, plan.prompt_ids, sampling)
-            with phase("parse"):
-                ids, logprobs, stop_sequence = self._apply_stop_sequences(completion, turn.stop)
-                parsed = self.rendering.parse(ids, turn.tools if turn.parse_tools else None, plan.prompt_ids)
-        except BaseException:
-            if request_id is not None:
-                self.store.drop_request(request_id)  # no span: a retry of this request samples afresh
-            raise
+        with phase("render"):
+            plan = self.rendering.plan_prompt(self.store, session.rollout_id, turn.messages, turn.tools)
+        sampling = self.sampling_for(turn.max_tokens)
+        with phase("policy"):
+            completion = await self._complete(session, plan.prompt_ids, sampling)
+        with phase("parse"):
+            ids, logprobs, stop_sequence = self._apply_stop_sequences(completion, turn.stop)
+            parsed = self.rendering.parse(ids, turn.tools if turn.parse_tools else None, plan.prompt_ids)
         split = split_tool_calls(parsed, turn.tools if turn.parse_tools else None, tool_id_prefix)
         if stop_sequence is not None:
             finish = "stop_sequence"
@@ -229,18 +226,12 @@ class CaptureService:
 
     async def complete_raw(
         self, session: SessionRow, prompt_ids: list[int], client_max_tokens: int | None,
-        *, identity: RequestIdentity | None = None,
+        *, identity: RequestIdentity | None = None, request_id: int | None = None,
     ) -> RawSample:
         """Legacy completions: the client's prompt ids go to the policy as they are."""
         started_at = time.time()
         sampling = self.sampling_for(client_max_tokens)
-        request_id = self.store.begin_request(session.rollout_id, identity.key) if identity else None
-        try:
-            completion = await self._complete(session, prompt_ids, sampling)
-        except BaseException:
-            if request_id is not None:
-                self.store.drop_request(request_id)  # no span: a retry of this request samples afresh
-            raise
+        completion = await self._complete(session, prompt_ids, sampling)
         return RawSample(prompt_ids, completion, {**sampling, "stop_token_ids": self.rendering.stop_token_ids},
                          started_at, identity, request_id)
 

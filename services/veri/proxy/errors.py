@@ -13,7 +13,8 @@
     └── ServerError (5xx)
         ├── PolicyUnavailable       503  policy down or erroring; no span is recorded
         │   └── PolicyAborted       503  the policy aborted the call (weight sync, shutdown): retry it
-        └── CaptureFailed           500  the span could not be stored; the response is withheld
+        ├── CaptureFailed           500  the span could not be stored; the response is withheld
+        └── StoreBusy               503  another writer held the span store past its busy timeout: retry
 
 Routes translate these into each protocol's own error body (see openai/ and anthropic/).
 """
@@ -105,6 +106,15 @@ class PolicyAborted(PolicyUnavailable):
 
 class CaptureFailed(ServerError):
     status_code = 500
+
+
+class StoreBusy(ServerError):
+    """SQLite stayed locked by another writer past `store.BUSY_TIMEOUT_S`: refused at once (a wait
+    blocks the worker's event loop, every call on it), and retryable like any 503."""
+
+    status_code = 503
+    openai_type = "service_unavailable"
+    anthropic_type = "overloaded_error"
 
 
 def openai_error_body(error: ProxyError) -> dict:

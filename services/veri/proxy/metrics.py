@@ -32,22 +32,16 @@ from veri.core.metrics import LATENCY_BUCKETS, RouteMetrics, metrics_payload
 from veri.core.records import PromptSource, Protocol, Span
 from veri.proxy.control.api_router import require_control
 from veri.proxy.errors import InvalidRequest, PolicyAborted, PolicyUnavailable, ProxyError
+from veri.proxy.rollout_routes import BY_TEMPLATE
 
 # Rules whose cause a single span shows when it is recorded; the rest need the whole rollout.
 SPAN_RULES = ("logprobs_absent",)
 
-ROUTE_PROTOCOLS = {
-    "/r/{rollout_id}/v1/chat/completions": Protocol.OPENAI_CHAT.value,
-    "/r/{rollout_id}/v1/completions": Protocol.OPENAI_COMPLETIONS.value,
-    "/r/{rollout_id}/v1/messages": Protocol.ANTHROPIC_MESSAGES.value,
-    "/r/{rollout_id}/v1/messages/count_tokens": Protocol.ANTHROPIC_MESSAGES.value,
-    "/r/{rollout_id}/v1/models": "openai.models",
-}
-
 
 def route_protocol(route: str) -> tuple[str]:
-    if route in ROUTE_PROTOCOLS:
-        return (ROUTE_PROTOCOLS[route],)
+    """The `protocol` label of a route template: a rollout route's declared one (`rollout_routes.py`)."""
+    if route in BY_TEMPLATE:
+        return (str(BY_TEMPLATE[route].protocol),)
     return ("control" if route.startswith("/control") else "none",)
 
 
@@ -70,7 +64,7 @@ class ProxyMetrics:
                                      ("replica", "outcome"), registry=self.registry, buckets=LATENCY_BUCKETS)
         self.policy_version = Gauge("veri_proxy_policy_version", "policy version of the last span recorded",
                                     registry=self.registry, multiprocess_mode="mostrecent")
-        for protocol in (Protocol.OPENAI_CHAT, Protocol.OPENAI_COMPLETIONS, Protocol.ANTHROPIC_MESSAGES):
+        for protocol in Protocol:
             for source in PromptSource:
                 self.spans.labels(protocol.value, source.value)  # zeros shown before the first span
         for rule in SPAN_RULES:

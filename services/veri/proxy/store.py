@@ -30,12 +30,23 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import structlog
 
 from veri.core.records import RecordedRequest, ReplicaStats, SessionStatus, Span
 from veri.proxy.checkpointer import WalCheckpointer
-from veri.proxy.errors import CaptureFailed, InvalidApiKey, InvalidRequest, SessionClosed, UnknownRollout
+from veri.proxy.errors import (
+    CaptureFailed,
+    InvalidApiKey,
+    InvalidRequest,
+    ProxyError,
+    SessionClosed,
+    StoreBusy,
+    UnknownRollout,
+)
 from veri.proxy.long_texts import LongTexts, hashes_at, join
 from veri.proxy.replicas import Replica
+
+log = structlog.get_logger("veri.proxy.store")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -233,6 +244,20 @@ _SPAN_ROW = "request_index, span, long_texts, prompt_base, prompt_shared, prompt
 
 _ID_BYTES = 4
 
+# How long a write waits for another worker's write lock. Store calls run on the worker's event loop,
+# so a wait stalls every call on it; commits take milliseconds, so a lock held past this is refused
+# (`StoreBusy`, a 503 the SDKs retry) rather than waited for (sqlite3's default: 5 s; this was 30).
+BUSY_TIMEOUT_S = 0.5
+
+
+def store_error(exc: sqlite3.Error, what: str) -> ProxyError:
+    """A SQLite error on the request path as the proxy's own: busy (a 503 to retry) or a failed capture."""
+    code = getattr(exc, "sqlite_errorcode", 0)  # only SQLite's own errors carry one
+    if code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return StoreBusy(f"{what}: the span store stayed locked by another writer past {BUSY_TIMEOUT_S} s"
+                         " (a long write, or a tool holding spans.sqlite open); retry the call")
+    return CaptureFailed(f"{what} ({exc}); check the store's disk (`df` on its folder): retry the call")
+
 
 def _pack(ids: list[int]) -> bytes:
     # The same bytes as array("i", ids).tobytes() (native 4-byte ints), in half the time for 8k ids.
@@ -250,6 +275,8 @@ class SpanStore:
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / "spans.sqlite"
         self._lock = threading.Lock()
+        # Opening waits as long as it must (workers starting at once all create the schema); the
+        # request path then waits BUSY_TIMEOUT_S at most.
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
@@ -261,7 +288,9 @@ class SpanStore:
         # Opening a session counts the open ones per replica: without it, a scan of every session the
         # store ever had (~1 ms at 20k, in every session open).
         self._db.execute("CREATE INDEX IF NOT EXISTS sessions_by_status ON sessions (status, replica)")
+        self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         self._recent_ids = RecentIds()
+        self._dropped: set[int] = set()  # notes of failed requests not deleted yet (`drop_request`)
         self._stored_texts: set[str] = set()  # long texts this worker knows are in `texts` (never deleted)
         self._policy_version = PolicyVersionMirror(folder / "policy_version")
         self._write_policy_version(None)  # the mirror from the row: it may be new, or older than the row
@@ -470,7 +499,7 @@ class SpanStore:
                 self._recent_ids.put(span.rollout_id, _SpanIds(next_index, span.prompt_token_ids,
                                                                span.completion_token_ids, depth))
         except sqlite3.Error as exc:
-            raise CaptureFailed(f"could not store the span ({exc}); the response was withheld") from exc
+            raise store_error(exc, "could not store the span; the response was withheld") from exc
         return span
 
     def _prompt_reference(self, rollout_id: str, shared: SharedIds | None) -> tuple[int | None, int, int]:
@@ -647,10 +676,14 @@ class SpanStore:
 
     def begin_request(self, rollout_id: str, request_key: str) -> int:
         """Note a request the capture path is taking on; its id goes to `add_span(answers=...)`."""
-        with self._lock:
-            cursor = self._db.execute(
-                "INSERT INTO requests (rollout_id, request_key, started_at, worker_pid) VALUES (?, ?, ?, ?)",
-                (rollout_id, request_key, time.time(), os.getpid()))
+        try:
+            with self._lock:
+                self._delete_dropped()
+                cursor = self._db.execute(
+                    "INSERT INTO requests (rollout_id, request_key, started_at, worker_pid) VALUES (?, ?, ?, ?)",
+                    (rollout_id, request_key, time.time(), os.getpid()))
+        except sqlite3.Error as exc:
+            raise store_error(exc, "could not note the request in the span store; nothing was sampled") from exc
         return cursor.lastrowid or 0
 
     def drop_requests_of_worker(self, pid: int) -> int:
@@ -661,18 +694,38 @@ class SpanStore:
         return cursor.rowcount
 
     def drop_request(self, request_id: int) -> None:
-        """A request that ended without a span (the policy failed): a retry of it samples afresh."""
+        """A request that ended without a span (it failed anywhere): a retry of it samples afresh. A
+        note already answered (its span committed) stays. Never raises: where the store takes no
+        delete now (busy, disk full), this worker keeps the note as dropped, its own retries ignore
+        it, and its next store call deletes it; until then a retry on another worker waits for it."""
         with self._lock:
-            self._db.execute("DELETE FROM requests WHERE id = ? AND request_index IS NULL", (request_id,))
+            self._dropped.add(request_id)
+            self._delete_dropped()
+
+    def _delete_dropped(self) -> None:
+        """Delete the notes `drop_request` could not (under the lock)."""
+        if not self._dropped:
+            return
+        try:
+            self._db.executemany("DELETE FROM requests WHERE id = ? AND request_index IS NULL",
+                                 [(request_id,) for request_id in self._dropped])
+        except sqlite3.Error as exc:
+            log.warning("could not drop failed requests' notes; retried on the next call", error=str(exc),
+                        notes=len(self._dropped))
+            return
+        self._dropped.clear()
 
     def answered_request(self, rollout_id: str, request_key: str, *, in_flight_since: float) -> int | None:
         """Of the latest try of this request (one in flight counts only if it started after
         `in_flight_since`): the span that answered it, -1 while it is in flight; None: no try."""
         with self._lock:
+            self._delete_dropped()
+            dropped = tuple(self._dropped)  # notes of failed tries this worker could not delete yet
+            not_dropped = f" AND id NOT IN ({', '.join('?' * len(dropped))})" if dropped else ""
             found = self._db.execute(
                 "SELECT request_index FROM requests WHERE rollout_id = ? AND request_key = ?"
-                " AND (request_index IS NOT NULL OR started_at >= ?) ORDER BY id DESC LIMIT 1",
-                (rollout_id, request_key, in_flight_since),
+                f" AND (request_index IS NOT NULL OR started_at >= ?){not_dropped} ORDER BY id DESC LIMIT 1",
+                (rollout_id, request_key, in_flight_since, *dropped),
             ).fetchone()
         if found is None:
             return None

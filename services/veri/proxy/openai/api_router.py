@@ -7,64 +7,55 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from veri.core.records import Protocol
+from veri.proxy.answering import chat_response, recorded_response
 from veri.proxy.capture import CaptureService, client_finish_reason
-from veri.proxy.deps import RolloutCall, capture_service, json_response, rollout_call, served_model
+from veri.proxy.deps import capture_service, json_response, rollout_call, served_model
 from veri.proxy.errors import InvalidRequest
 from veri.proxy.openai import serving
 from veri.proxy.openai.protocol import ChatCompletionRequest, CompletionRequest
 from veri.proxy.requests import presented_key
+from veri.proxy.rollout_routes import CHAT_COMPLETIONS, COMPLETIONS, MODELS, PREFIX
 
-router = APIRouter(prefix="/r/{rollout_id}/v1")
+router = APIRouter(prefix=PREFIX)
 
 
-@router.post("/chat/completions")
+@router.post(CHAT_COMPLETIONS.path)
 async def chat_completions(rollout_id: str, request: Request):
     call = await rollout_call(request, rollout_id, ChatCompletionRequest)
-    parsed = call.parsed
-    response = await _chat_response(call, served_model(request))
+    parsed, model = call.parsed, served_model(request)
+    response = await chat_response(call, CHAT_COMPLETIONS, serving.to_chat_turn(parsed),
+                                   lambda sample: serving.chat_response(sample, model))
     if parsed.stream:
         include_usage = bool((parsed.stream_options or {}).get("include_usage"))
         return StreamingResponse(serving.chat_stream(response, include_usage), media_type="text/event-stream")
     return json_response(response)
 
 
-async def _chat_response(call: RolloutCall[ChatCompletionRequest], model: str) -> dict[str, Any]:
-    """The recorded response: a retry's earlier one, or a new call's, sampled and recorded here."""
-    if (answered := await call.capture.answered_retry(call.session, call.identity)) is not None:
-        return answered.response
-    sample = await call.capture.sample(
-        call.session, serving.to_chat_turn(call.parsed), path="/v1/chat/completions", protocol=Protocol.OPENAI_CHAT,
-        raw_request=call.body, tool_id_prefix="call_", identity=call.identity,
-    )
-    response = serving.chat_response(sample, model)
-    call.capture.record(sample, response)
-    return response
-
-
-@router.post("/completions")
+@router.post(COMPLETIONS.path)
 async def completions(rollout_id: str, request: Request):
     call = await rollout_call(request, rollout_id, CompletionRequest)
-    parsed, capture = call.parsed, call.capture
-    if (answered := await capture.answered_retry(call.session, call.identity)) is not None:
-        response = answered.response
-    else:
-        prompt_ids = _prompt_ids(capture, parsed.prompt)
-        raw = await capture.complete_raw(call.session, prompt_ids, parsed.max_tokens, identity=call.identity)
+    parsed, capture, model = call.parsed, call.capture, served_model(request)
+    prompt_ids = _prompt_ids(capture, parsed.prompt)
+
+    async def answer(note: int) -> dict[str, Any]:
+        raw = await capture.complete_raw(call.session, prompt_ids, parsed.max_tokens, identity=call.identity,
+                                         request_id=note)
         completion = raw.completion
         text = capture.rendering.decode(completion.token_ids)
         response = serving.completion_response(
-            text, client_finish_reason(completion.finish_reason), len(prompt_ids), len(completion.token_ids),
-            served_model(request),
+            text, client_finish_reason(completion.finish_reason), len(prompt_ids), len(completion.token_ids), model,
         )
-        capture.record_raw(call.session, raw, path="/v1/completions", raw_request=call.body, response=response)
+        capture.record_raw(call.session, raw, path=COMPLETIONS.path, raw_request=call.body, response=response)
+        return response
+
+    response = await recorded_response(call, answer)
     if parsed.stream:
         include_usage = bool((parsed.stream_options or {}).get("include_usage"))
         return StreamingResponse(serving.completion_stream(response, include_usage), media_type="text/event-stream")
     return json_response(response)
 
 
-@router.get("/models")
+@router.get(MODELS.path)
 async def models(rollout_id: str, request: Request):
     capture = capture_service(request)
     capture.store.authorize(rollout_id, presented_key(request))
