@@ -85,15 +85,16 @@ def test_a_prefix_cache_that_stays_fails_the_step(tmp_path):
 def test_sleep_mode_sleeps_after_the_rollouts_and_wakes_weights_before_loading_them(tmp_path):
     calls, timings = [], {}
     sync = FilesystemSync(trainer_at(0), [server(calls)], tmp_path, report=print, timing=timings.__setitem__,
-                          sleep_mode=True)
+                          sleep_mode=True, free_cache=lambda: calls.append(("empty_cache", None)))
     sync.sync_weights()  # step 0: a fresh server is awake; waking it is harmless (vLLM only warns)
     sync.sleep(0)  # the rollout function, once step 0's rollouts are in
     sync.trainer.state.global_step = 1
     sync.sync_weights()
     sync.wake()  # the job ends
     paths = [(path, detail if path == "/wake_up" else None) for path, detail in calls]
-    one_sync = [("/wake_up", "weights"), ("/collective_rpc", None), ("/wake_up", "kv_cache"), ("/is_sleeping", None),
-                ("/reset_prefix_cache", None)]
+    # The trainer's CUDA cache is emptied before vLLM wakes its weights, so the KV cache fits again.
+    one_sync = [("empty_cache", None), ("/wake_up", "weights"), ("/collective_rpc", None), ("/wake_up", "kv_cache"),
+                ("/is_sleeping", None), ("/reset_prefix_cache", None)]
     assert paths == [*one_sync, ("/sleep", None), *one_sync, ("/wake_up", None)]
     assert timings["policy_sleep"] >= 0 and timings["weight_sync"] > 0
 

@@ -99,6 +99,14 @@ class PausedSync:
                 server.resume()
 
 
+def empty_trainer_cache() -> None:
+    """`torch.cuda.empty_cache()` where there is a GPU (the CPU twin has no cache to give back)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 class FilesystemSync:
     def __init__(
         self,
@@ -109,6 +117,7 @@ class FilesystemSync:
         report: Callable[[str], None],
         timing: Callable[[str, float], None],
         sleep_mode: bool = False,
+        free_cache: Callable[[], None] | None = None,
     ) -> None:
         self.trainer = trainer
         self.servers = servers
@@ -116,12 +125,17 @@ class FilesystemSync:
         self.report = report  # one line to the job log
         self.timing = timing  # (name, seconds) into the step's metrics
         self.sleep_mode = sleep_mode
+        self.free_cache = free_cache or empty_trainer_cache
         self.paused = False  # set when a `PausedSync` runs this one: requests are held, not drained
 
     def sync_weights(self) -> None:
         step = self.trainer.state.global_step
         started = time.monotonic()
         path = write_step_weights(self.folder, step, self.trainer.model)
+        if self.sleep_mode:
+            # The trainer's step is over: hand PyTorch's cached blocks back before vLLM takes its memory
+            # again (TRL's colocate path does the same), or the KV cache may not fit when it wakes.
+            self.free_cache()
         for server in self.servers:
             if self.sleep_mode:
                 self._call(server, step, "wake its weights", partial(server.wake_up, "weights"))
