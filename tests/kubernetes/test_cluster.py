@@ -33,10 +33,11 @@ def finished_job(cluster: KubeCluster, namespace: str, name: str, timeout: int =
         if any(c.type in ("Complete", "Failed") and c.status == "True" for c in job.status.conditions or []):
             return job
     job = batch.read_namespaced_job(name, namespace)
+    about_it = cluster.log_tail("kube-controller-manager", mentioning=f"{namespace}/{name}")
     raise TimeoutError(
         f"job {namespace}/{name} not finished after {timeout} s; its status: {job.status.to_dict()}\n"
-        f"kube-controller-manager.log on it:\n{cluster.log_tail('kube-controller-manager', mentioning=f'{namespace}/{name}')}"
-        f"\nkube-controller-manager.log ends:\n{cluster.log_tail('kube-controller-manager', lines=15)}")
+        f"kube-controller-manager.log on it:\n{about_it}\n"
+        f"kube-controller-manager.log ends:\n{cluster.log_tail('kube-controller-manager', lines=15)}")
 
 
 def job_pods(core: client.CoreV1Api, namespace: str, name: str) -> list[client.V1Pod]:
@@ -200,7 +201,8 @@ def test_a_gvisor_job_runs_under_runsc_on_the_real_kubelet(k8s_kubelet_cluster: 
             "containers": [container], "automountServiceAccountToken": False, **runtime_class}))
 
     for name in ("sandboxed", "plain"):
-        job = finished_job(k8s_kubelet_cluster, namespace, name, timeout=300)  # ~10 s on a quiet host; minutes at load 20
+        # ~10 s on a quiet host; minutes at load 20
+        job = finished_job(k8s_kubelet_cluster, namespace, name, timeout=300)
         [pod] = job_pods(core, namespace, name)
         assert job.status.succeeded == 1, core.read_namespaced_pod_log(pod.metadata.name, namespace)
         assert pod.spec.node_name == k8s_kubelet_cluster.nodes[0]
