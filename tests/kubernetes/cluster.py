@@ -114,8 +114,9 @@ def wait_for_build(timeout: float) -> None:
         )
 
 
-def wait_for(what: str, check, timeout: float = 30.0, every: float = 0.2):  # type: ignore[no-untyped-def]
-    """Poll `check()` until it returns something truthy; that value is returned."""
+def wait_for(what: str, check, timeout: float = 120.0, every: float = 0.2):  # type: ignore[no-untyped-def]
+    """Poll `check()` until it returns something truthy; that value is returned. The default budget is
+    for a loaded 2-core box (the wait ends with the event, so a quiet one never spends it)."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
