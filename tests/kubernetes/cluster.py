@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import secrets
 import shutil
@@ -335,7 +336,19 @@ def host_ip() -> str:
 def pod_network_gateway() -> str:
     """This host's address on the network the kubelet's pods get: with no CNI, dockershim starts each
     pod's sandbox in Docker's default `bridge` network (docker0), so the host is its gateway there."""
-    return _docker("network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}").stdout.strip()
+    import psutil
+
+    bridge = json.loads(_docker("network", "inspect", "bridge").stdout)[0]
+    gateway = next((c["Gateway"] for c in bridge["IPAM"]["Config"] or [] if c.get("Gateway")), "")
+    if gateway:
+        return str(gateway)
+    # dockerd 20.10 leaves the default bridge's Gateway out of IPAM where it found docker0 already up
+    # (a restart, or another dockerd before it): the interface's own address is the gateway.
+    interface = (bridge.get("Options") or {}).get("com.docker.network.bridge.name", "docker0")
+    for address in psutil.net_if_addrs().get(interface, []):
+        if address.family == socket.AF_INET:
+            return str(address.address)
+    raise KubeletUnavailable(f"Docker's bridge network names no gateway and {interface} has no IPv4 address")
 
 
 class KubeletNode:
