@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import secrets
 import shutil
@@ -37,6 +38,14 @@ SIM_NODE = "sim-node-0"
 RUNTIME_CLASS = "gvisor"  # what a cluster for veri must have (docs/kubernetes.md): handled by runsc on the nodes
 # Alpha in 1.20: Job ttlSecondsAfterFinished (the launcher may use it as a backstop for cleanup).
 FEATURE_GATES = "TTLAfterFinished=true"
+# The controller-manager's informer resync (--min-resync-period; each comes after 1-2x this). 1.20's Job
+# controller checks activeDeadlineSeconds from one timer, armed by the sync that first sees no
+# status.startTime. On a loaded box a second sync can still read the Job from a stale cache: it arms a
+# later startTime, writes it, and its timer is merged into the first one, which then finds the deadline
+# not passed; nothing looks again until a pod changes or a resync (12-24 h by default). The log then
+# shows two "will sync after" lines for the Job. Later releases requeue at the remaining deadline on
+# every sync; here the resync bounds the delay. (The launcher has its own backstop: DEADLINE_GRACE_S.)
+RESYNC_PERIOD_S = 5
 
 
 class BuildUnavailable(RuntimeError):
@@ -49,11 +58,22 @@ class KubeCluster:
     server: str  # https://127.0.0.1:PORT
     kubectl: list[str]  # [kubectl 1.20, "--kubeconfig", kubeconfig]
     nodes: list[str] = field(default_factory=list)
+    log_dir: Path | None = None  # the control plane's folder: one <component>.log each
 
     def api_client(self) -> kubernetes.client.ApiClient:
         from kubernetes import config
 
         return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def log_tail(self, component: str, lines: int = 40, mentioning: str = "") -> str:
+        """The last lines of a component's log (only those naming `mentioning`, if given): for failure messages."""
+        if self.log_dir is None:
+            return "(no logs: not a ControlPlane cluster)"
+        log = self.log_dir / f"{component}.log"
+        if not log.exists():
+            return f"(no {log})"
+        kept = [line for line in log.read_text(errors="replace").splitlines() if mentioning in line]
+        return "\n".join(kept[-lines:]) or f"(nothing in {log.name} mentions {mentioning!r})"
 
 
 def build_log_tail(lines: int = 30) -> str:
@@ -95,8 +115,9 @@ def wait_for_build(timeout: float) -> None:
         )
 
 
-def wait_for(what: str, check, timeout: float = 30.0, every: float = 0.2):  # type: ignore[no-untyped-def]
-    """Poll `check()` until it returns something truthy; that value is returned."""
+def wait_for(what: str, check, timeout: float = 120.0, every: float = 0.2):  # type: ignore[no-untyped-def]
+    """Poll `check()` until it returns something truthy; that value is returned. The default budget is
+    for a loaded 2-core box (the wait ends with the event, so a quiet one never spends it)."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
@@ -172,7 +193,7 @@ class ControlPlane:
             self.stop()
             raise
         return KubeCluster(self.kubeconfig, self.server,
-                           [str(K8S_BIN / "kubectl"), "--kubeconfig", str(self.kubeconfig)])
+                           [str(K8S_BIN / "kubectl"), "--kubeconfig", str(self.kubeconfig)], log_dir=self.dir)
 
     def _write_credentials(self) -> None:
         _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=veri-test-apiserver",
@@ -237,7 +258,9 @@ class ControlPlane:
             # The token controller (service-account tokens) and the Job controller need the signing key.
             "--service-account-private-key-file", str(self.dir / "sa.key"), "--root-ca-file", str(self.cert),
             "--use-service-account-credentials=false", "--feature-gates", FEATURE_GATES,
-            "--v", "1",
+            "--min-resync-period", f"{RESYNC_PERIOD_S}s",
+            # Each Job sync and deadline timer in the log (what a test that waits on a Job shows when it fails).
+            "--v", "1", "--vmodule", "job_controller=4",
         ])
         self._spawn("kube-scheduler", [
             str(K8S_BIN / "kube-scheduler"), "--kubeconfig", str(self.kubeconfig),
@@ -313,7 +336,19 @@ def host_ip() -> str:
 def pod_network_gateway() -> str:
     """This host's address on the network the kubelet's pods get: with no CNI, dockershim starts each
     pod's sandbox in Docker's default `bridge` network (docker0), so the host is its gateway there."""
-    return _docker("network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}").stdout.strip()
+    import psutil
+
+    bridge = json.loads(_docker("network", "inspect", "bridge").stdout)[0]
+    gateway = next((c["Gateway"] for c in bridge["IPAM"]["Config"] or [] if c.get("Gateway")), "")
+    if gateway:
+        return str(gateway)
+    # dockerd 20.10 leaves the default bridge's Gateway out of IPAM where it found docker0 already up
+    # (a restart, or another dockerd before it): the interface's own address is the gateway.
+    interface = (bridge.get("Options") or {}).get("com.docker.network.bridge.name", "docker0")
+    for address in psutil.net_if_addrs().get(interface, []):
+        if address.family == socket.AF_INET:
+            return str(address.address)
+    raise KubeletUnavailable(f"Docker's bridge network names no gateway and {interface} has no IPv4 address")
 
 
 class KubeletNode:

@@ -111,14 +111,15 @@ def test_network_policies_isolate_each_egress_mode() -> None:
 
 
 def test_pacer_spaces_creation_after_the_burst() -> None:
-    async def create(n: int) -> float:
-        pacer = CreationPacer(per_second=50, burst=5)
+    async def create(n: int, per_second: float) -> float:
+        pacer = CreationPacer(per_second=per_second, burst=5)
         started = time.monotonic()
         await asyncio.gather(*(pacer.wait() for _ in range(n)))
         return time.monotonic() - started
 
-    assert asyncio.run(create(5)) < 0.15  # the burst: no wait
-    assert asyncio.run(create(15)) >= 10 / 50 * 0.9  # 10 past the burst at 50/s
+    # The burst: no wait. At 0.01/s one wait would take 100 s; 30 s holds for a loaded box's event loop.
+    assert asyncio.run(create(5, per_second=0.01)) < 30
+    assert asyncio.run(create(15, per_second=50)) >= 10 / 50 * 0.9  # 10 past the burst at 50/s
     with pytest.raises(ValueError, match="creation rate"):
         CreationPacer(per_second=0, burst=1)
 

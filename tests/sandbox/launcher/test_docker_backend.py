@@ -39,7 +39,6 @@ def test_faults_in_one_group(backend, harness_image, docker_client, launcher_id,
         launch(image, "nocall", {"fault": "nocall"}),
         launch(image, "ok-2", {"fault": "ok", "n": 21}),
     ])
-    started = time.monotonic()
     results = {r.rollout_id: r for r in asyncio.run(run_group(backend, group, tmp_path / "out"))}
     summary = {k: (r.status, r.exit_code, r.infrastructure_error, r.stderr_tail[-300:]) for k, r in results.items()}
 
@@ -89,8 +88,10 @@ def test_faults_in_one_group(backend, harness_image, docker_client, launcher_id,
     assert not docker_client.containers.list(all=True, filters={"label": f"veri.launcher={launcher_id}"})
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.endswith(".logs")]
 
-    # The hang rollout's grandchild was due to write into its (host-side) output folder at 6 s.
-    time.sleep(max(0.0, 8 - (time.monotonic() - started)))
+    # The hang rollout's grandchild was due to write into its (host-side) output folder 6 s after it
+    # started, which was before its sandbox ended: wait past that (+2 s), however slowly the box ran it.
+    sandbox_end = hang.started_at + hang.duration_s
+    time.sleep(max(0.0, sandbox_end + 6 + 2 - time.time()))
     assert not (Path(hang.output_dir) / "grandchild-alive").exists(), "a grandchild outlived its sandbox"
 
 

@@ -1,9 +1,10 @@
 """One harness, every fault of issue 10's harness step: the task row lists a fault per rollout index
 (`faults`), so one GRPO group mixes healthy and broken members. Every kind but crash_early first makes
 one model call through the capture proxy (stdlib urllib: cheap to start on 2 cores) and notes it in
-VERI_OUTPUT_DIR/calls, so a lost span would show. Children meant to die with the sandbox keep
-rewriting VERI_OUTPUT_DIR/escaped-* (a host folder) from 5 s after their start: deleted once the job
-is over and that long has passed, such a file comes back only if one outlived its sandbox."""
+VERI_OUTPUT_DIR/calls, so a lost span would show. Children meant to die with the sandbox (the hang's
+grandchild, a sentinel among the fork's children) keep rewriting VERI_OUTPUT_DIR/escaped-* (a host
+folder) from 5 s after their start: deleted once the job is over and that long has passed, such a file
+comes back only if one outlived its sandbox."""
 import json
 import os
 import pathlib
@@ -64,12 +65,16 @@ elif fault == "hang":
     print("hanging", flush=True)
     time.sleep(3600)
 elif fault == "fork":
+    # Children until `ulimit nproc` refuses one: each a `sh` and its `sleep`, through posix_spawn (vfork:
+    # nothing of this Python is copied, half a fork()'s cost under gVisor). One in 32 is a sentinel that
+    # keeps rewriting escaped-fork; not all: a hundred shells each spawning a `sleep` every second starve
+    # the forks of the sandbox's one CPU (past harness_timeout_s on a loaded 2-core box).
+    marker = out / "escaped-fork"
+    sentinel = f"sleep 5; while :; do echo alive > {marker}; sleep 1; done"
     children = 0
     try:
         while children < 100_000:
-            if os.fork() == 0:  # a small process at once: a forked Python's heap would be copied (gc touches it)
-                marker = out / "escaped-fork"
-                os.execv("/bin/sh", ["sh", "-c", f"sleep 5; while :; do echo alive > {marker}; sleep 1; done"])
+            os.posix_spawn("/bin/sh", ["sh", "-c", sentinel if children % 32 == 0 else "sleep 3600"], {})
             children += 1
     except OSError as error:
         print(f"fork refused after {children} children: {error.strerror}", flush=True)
