@@ -11,6 +11,7 @@ from veri.core.launch import LaunchResult
 from veri.core.rollouts import RolloutRecord
 from veri.rollouts.collect import CollectedRollout
 from veri.trainer.grpo.rollout_func import HarnessRollouts
+from veri.trainer.rollouts.producer import FinishedGroup
 from veri.trainer.weights.sync import PolicyVersions
 
 
@@ -56,3 +57,40 @@ def test_with_max_staleness_a_span_within_the_bound_passes_and_an_older_one_mask
     assert verdict.rule == Rule.POLICY_VERSION_STALE and verdict.details["versions"] == [1]
     # a span *newer* than the weights being trained cannot come from this job's loop: masked too
     assert reject_stale(3, collected(3, 4), max_staleness=1).record.episode.verdicts
+
+
+class TakesGivenGroups:
+    """The producer's side of a step: these groups finished, in this order."""
+
+    def __init__(self, groups: list[FinishedGroup]) -> None:
+        self.groups = groups
+
+    def allow(self, upto: int) -> None:
+        pass
+
+    def take(self, count: int, fresh_enough) -> tuple[list[FinishedGroup], list[FinishedGroup]]:
+        taken = self.groups[:count]
+        return [g for g in taken if fresh_enough(g)], [g for g in taken if not fresh_enough(g)]
+
+
+def test_two_groups_of_one_task_in_one_step_get_distinct_rollout_indices():
+    """The async path takes whichever groups finish first, so a step can get one task twice (its last
+    group of an epoch and the first of the next); each of its rollouts keeps its own archive entry (keyed by
+    step, task, rollout index), dropped ones included, as the synchronous path numbers repeated tasks."""
+    def group(number: int, *versions: int) -> FinishedGroup:
+        return FinishedGroup(number, 0, [collected(*versions), collected(*versions)], 0.0, 1.0)
+
+    logged: list[str] = []
+    rollouts = HarnessRollouts(tasks=[{}], collector=None, scorer=None,  # type: ignore[arg-type]
+                               archive=SimpleNamespace(log=logged.append), progress=None,  # type: ignore[arg-type]
+                               versions=PolicyVersions(), masked=None, max_parallel_rollouts=4,  # type: ignore[arg-type]
+                               max_staleness=1, group_size=2, max_steps=5, groups_per_step=3,
+                               producer=TakesGivenGroups([group(5, 3, 3), group(6, 2, 3), group(7, 1, 2)]))
+    rollouts._remaining = 15
+    kept, extra, dropped = rollouts._take_step(3, 3)
+    assert [(r.record.task_index, r.record.rollout_index, r.record.staleness) for r in kept] == [
+        (0, 0, 0), (0, 1, 0), (0, 2, 1), (0, 3, 1)]
+    assert [(r.record.rollout_index, r.record.staleness, r.record.policy_step) for r in dropped] == [
+        (4, 2, 3), (5, 2, 3)]
+    assert extra["staleness/groups_0"] == 1 and extra["staleness/groups_1"] == 1 and extra["groups/stale_dropped"] == 1
+    assert "dropped 1 group(s)" in logged[0]

@@ -148,11 +148,12 @@ class HarnessRollouts:
         self._consumed += len(kept) + len(dropped)
         self._dropped += len(dropped)
         lags = [_staleness(group, expected) for group in kept]
+        index = _StepIndex()
         # Filed under the step that trains it (the archive's facet); `staleness` says how far back it was sampled.
         collected = [dataclasses.replace(rollout, record=rollout.record.model_copy(
-                         update={"staleness": lag, "policy_step": step}))
+                         update={"staleness": lag, "policy_step": step, "rollout_index": index.next(group)}))
                      for group, lag in zip(kept, lags, strict=True) for rollout in group.rollouts]
-        stale = [self._mark_stale(step, rollout, expected, _staleness(group, expected))
+        stale = [self._mark_stale(step, rollout, expected, _staleness(group, expected), index.next(group))
                  for group in dropped for rollout in group.rollouts]
         if dropped:
             self.archive.log(f"step {step}: dropped {len(dropped)} group(s) sampled more than max_staleness {bound}"
@@ -171,12 +172,15 @@ class HarnessRollouts:
         self.progress.rollouts_done(len(collected))
         return collected
 
-    def _mark_stale(self, step: int, rollout: CollectedRollout, expected: int, lag: int) -> CollectedRollout:
+    def _mark_stale(
+        self, step: int, rollout: CollectedRollout, expected: int, lag: int, rollout_index: int
+    ) -> CollectedRollout:
         verdict = Verdict.of(Rule.POLICY_VERSION_STALE,
                              f"its oldest span was sampled {lag} versions before version {expected}, which step"
                              f" {step} trains; max_staleness is {self.max_staleness}", expected=expected, lag=lag)
         episode = rollout.record.episode.model_copy(update={"verdicts": [*rollout.record.episode.verdicts, verdict]})
-        record = rollout.record.model_copy(update={"episode": episode, "staleness": lag, "policy_step": step})
+        record = rollout.record.model_copy(update={"episode": episode, "staleness": lag, "policy_step": step,
+                                                   "rollout_index": rollout_index})
         return dataclasses.replace(rollout, record=record)
 
     async def _collect(self, step: int, groups: list[TaskGroup]) -> list[CollectedRollout]:
@@ -248,6 +252,21 @@ class HarnessRollouts:
             self.archive.log(f"reward log_extra {column} (rollout {record.rollout_id}): {values!r}"[:2000])
 
         return log_extra
+
+
+class _StepIndex:
+    """Rollout indices within one step's task, as the synchronous path numbers them (`rollouts.tasks`): two
+    groups of one task taken by a step get 0..N-1 and N..2N-1, so neither overwrites the other's archive
+    entry (keyed by step, task, rollout index). The producer cannot number them: it runs a group before
+    knowing which step takes it."""
+
+    def __init__(self) -> None:
+        self._used: dict[int, int] = {}
+
+    def next(self, group: FinishedGroup) -> int:
+        index = self._used.get(group.task_index, 0)
+        self._used[group.task_index] = index + 1
+        return index
 
 
 def _staleness(group: FinishedGroup, expected: int) -> int:
