@@ -80,7 +80,7 @@ def step_records(tok: Tokens, step: int) -> list[RolloutRecord]:
         record(0, 0, tool_rollout(tok, 0, 0, "The URL is https://site.test/0", step), reward=1.0),
         record(0, 1, with_failed_tool_call(tool_rollout(tok, 0, 1, f"I could not find it (step {step})", step)),
                reward=0.0),
-        record(1, 0, rewritten_rollout(tok, step), reward=0.5),  # history_rewritten: degraded, trained
+        record(1, 0, rewritten_rollout(tok, step), reward=0.5),  # a rewritten system prompt: two rows, trained
         record(1, 1, tool_rollout(tok, 1, 1, "crash", step), status=RolloutStatus.FAILED),  # masked
         record(2, 0, tool_rollout(tok, 2, 0, "The URL is https://site.test/2", step), reward_error=True),  # masked
         record(2, 1, [], status=RolloutStatus.TRUNCATED),  # no_spans + harness_timeout

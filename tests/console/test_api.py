@@ -51,7 +51,8 @@ def test_jobs_list_and_job_page(client: TestClient):
 
 def test_archive_facets_filters_sort_and_pages(client: TestClient):
     assert archive_ids(client, "status=failed") == [(0, 1, 1), (1, 1, 1)]
-    assert archive_ids(client, "step=1&rule=history_rewritten") == [(1, 1, 0)]
+    assert archive_ids(client, "step=1&rule=history_rewritten") == []  # a rewritten history is a row of its own now
+    assert archive_ids(client, "step=1&rule=harness_failed") == [(1, 1, 1)]
     assert archive_ids(client, "step_min=1&step_max=1&reward_min=0.5&reward_max=1") == [(1, 0, 0), (1, 1, 0)]
     assert archive_ids(client, "q=url+is&step_max=0") == [(0, 0, 0), (0, 1, 0), (0, 2, 0)]  # case-insensitive
     assert archive_ids(client, "task=2&sort=step&desc=1") == [(1, 2, 1), (1, 2, 0), (0, 2, 1), (0, 2, 0)]
@@ -107,13 +108,21 @@ def test_token_view_marks_trained_masked_and_the_break(client: TestClient, state
     masked = client.get("/api/jobs/demo/steps/0/tasks/1/rollouts/1/tokens").json()  # harness failed
     assert masked["why_masked"] == "not trained: harness_failed" and not any(t["trained"] for t in masked["tokens"])
 
-    broken = client.get("/api/jobs/demo/steps/0/tasks/1/rollouts/0/tokens").json()  # history rewritten
-    (found,) = broken["breaks"]
-    assert found["dropped_span"] == 0 and found["broken_by"] == 1 and found["in_row"]
-    assert broken["tokens"][found["position"]]["breaks"].startswith("span 0 dropped from the row")
-    assert found["expected"].endswith("' brie'") and found["actual"].endswith("' sh'")  # "brief" vs "short"
-    broken_page = client.get(ROLLOUT.format(step=0, task=1, rollout=0) + "/tokens").text
-    assert 'class="t prompt break" data-id="420"' in broken_page
+    # The harness rewrote its system prompt: the rollout is two rows, the final one forking from span 0.
+    forked = client.get("/api/jobs/demo/steps/0/tasks/1/rollouts/0/tokens").json()
+    assert [(r["number"], r["kind"], r["spans"]) for r in forked["rows"]] == [(1, "side_call", [1]), (2, "main", [0])]
+    assert forked["breaks"] == [] and forked["fork"]["from_span"] == 0
+    position = forked["fork"]["position"]
+    assert forked["tokens"][position]["breaks"].startswith("row 1 forks from span 0 here")
+    assert "earlier span has 2825, this prompt has 420" in forked["fork"]["why"]  # "brief" vs "short"
+    assert forked["tokens_line"] == "tokens: sampled 15, trained 15, dropped 0"
+    forked_page = client.get(ROLLOUT.format(step=0, task=1, rollout=0) + "/tokens").text
+    assert 'class="t prompt break" data-id="420"' in forked_page and 'href="?row=2"' in forked_page
+    other = client.get("/api/jobs/demo/steps/0/tasks/1/rollouts/0/tokens?row=2").json()
+    assert other["selected"] == 2 and other["fork"] is None and all(t["trained"] for t in other["tokens"]
+                                                                   if t["kind"] == "sampled")
+    missing = client.get("/api/jobs/demo/steps/0/tasks/1/rollouts/0/tokens?row=3")
+    assert missing.status_code == 404 and "row 2" in missing.text
 
     no_row = client.get(ROLLOUT.format(step=0, task=2, rollout=1) + "/tokens").text  # no spans at all
     assert "No training row" in no_row and "no_spans" in no_row
@@ -131,8 +140,8 @@ def test_downloads_are_the_records_veri_debug_reads(client: TestClient, tmp_path
     path = tmp_path / "one.jsonl"
     path.write_bytes(one)
     (item,) = read_records(path)
-    assert "history_rewritten" in explain(item) and "TRAINED on 1 of 2 spans" in explain(item)
-    assert main(["debug", str(path)]) == 0 and "degraded by history_rewritten" in capsys.readouterr().out
+    assert "TRAINED on 2 of 2 spans in 2 row(s)" in explain(item) and "row 2 (main, spans [0])" in explain(item)
+    assert main(["debug", str(path)]) == 0 and "tokens: sampled 15, trained 15, dropped 0" in capsys.readouterr().out
 
 
 def test_unknown_job_step_rollout_say_what_exists(client: TestClient):
@@ -200,7 +209,7 @@ def test_cli_twins(state: Path, tmp_path: Path, capsys):
     assert re.search(r"demo\s+finished\s+2/3\s+0\.500", listed)
     assert main(["job", "show", "demo", "--jobs", jobs]) == 0
     shown = capsys.readouterr().out
-    assert "status: finished" in shown and "steps: 2 of 3" in shown and "rule/history_rewritten: 1" in shown
+    assert "status: finished" in shown and "steps: 2 of 3" in shown and "rule/harness_failed: 1" in shown
     out = tmp_path / "step0.jsonl"
     assert main(["trajectories", "download", "demo", "--step", "0", "--jobs", jobs, "--out", str(out)]) == 0
     assert len(read_records(out)) == 6

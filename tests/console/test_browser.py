@@ -1,6 +1,6 @@
 """The console in a real browser (headless Debian chromium, Selenium) against `veri serve console` over an
 archive written by the trainer's `JobArchive`: the jobs list, logs streaming while the job runs (follow
-and pause), a facet filter narrowing the archive, the token view's trained / masked tokens and the break
+and pause), a facet filter narrowing the archive, the token view's trained / masked tokens, its rows and where one forks
 point of a broken trajectory, a download `veri debug` reads, and what an empty plot says (no step yet, no
 tool calls). Screenshots: build/test-artifacts/console/."""
 
@@ -105,12 +105,16 @@ def test_token_view_marks_masked_tokens_and_the_break(live, browser):
     assert len(browser.find_elements(By.CSS_SELECTOR, "#tokens .span-start")) == 2
     screenshot(browser, "tokens-trained")
 
-    browser.get(console.url + "/jobs/live/steps/0/tasks/1/rollouts/0/tokens")  # history rewritten
-    (broken,) = browser.find_elements(By.CSS_SELECTOR, "#tokens .t.break")
-    assert broken.text == " sh" and "BREAK: span 0 dropped from the row" in broken.get_attribute("title")
-    box = browser.find_element(By.CSS_SELECTOR, ".break-box")
-    assert "Prefix broke at token 3" in box.text and "' brie'" in box.text
-    screenshot(browser, "tokens-break")
+    browser.get(console.url + "/jobs/live/steps/0/tasks/1/rollouts/0/tokens")  # a rewritten system prompt
+    (fork,) = browser.find_elements(By.CSS_SELECTOR, "#tokens .t.break")
+    assert fork.text == " sh" and "BREAK: row 1 forks from span 0 here" in fork.get_attribute("title")
+    box = browser.find_element(By.ID, "fork")
+    assert "Row 1 forks from span 0 at token 3" in box.text and "this prompt has 420" in box.text
+    assert browser.find_element(By.ID, "tokens-line").text == "tokens: sampled 15, trained 15, dropped 0"
+    screenshot(browser, "tokens-fork")
+    browser.find_element(By.CSS_SELECTOR, '#rows a[href="?row=2"]').click()  # the conversation before it
+    assert "row 2" in browser.find_element(By.CSS_SELECTOR, "#rows li.selected").text
+    assert browser.find_elements(By.CSS_SELECTOR, "#tokens .t.sampled.trained")
 
     browser.get(console.url + "/jobs/live/steps/0/tasks/1/rollouts/1/tokens")  # harness failed: all masked
     assert browser.find_element(By.ID, "row-trained").text == "masked"
@@ -125,7 +129,7 @@ def test_a_download_is_jsonl_that_veri_debug_reads(live, browser):
     browser.find_element(By.ID, "download-rollout").click()
     path = wait_for(lambda: next(iter(browser.downloads.glob("*rollout-0.jsonl")), None), "the download")
     (record,) = read_records(path)
-    assert record["rollout_id"] == "r-1-0" and "degraded by history_rewritten" in explain(record)
+    assert record["rollout_id"] == "r-1-0" and "in 2 row(s)" in explain(record)
 
 
 @pytest.fixture(scope="module")

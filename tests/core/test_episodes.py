@@ -8,7 +8,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from tests.core.spans import bridged_chain, make_span
-from veri.core.episodes import RULES, Effect, RolloutStatus, Rule, build_episode, truncate_episode
+from veri.core.episodes import RULES, Effect, RolloutStatus, RowKind, Rule, build_episode, truncate_episode
 from veri.core.records import PromptSource, TokenFidelity
 from veri.core.rollouts import RewardOutcome, RolloutRecord
 
@@ -36,44 +36,91 @@ def test_order_comes_from_request_index_and_plain_dicts_work():
     assert build_episode(minimal).row.completion_ids == [2]  # a foreign record: no request_index, no labels
 
 
-def test_rewritten_history_keeps_the_chain_ending_at_the_final_answer(tokenizer):
+def sampled_tokens(episode) -> list[int]:
+    """Every token the rows train (env_mask 1), over all rows, in order."""
+    return [t for row in episode.rows for t, m in zip(row.completion_ids, row.env_mask, strict=True) if m]
+
+
+def test_a_compaction_trains_the_history_before_it_as_a_row_of_its_own(tokenizer):
     system = tokenizer.encode("You extract links.")
-    first = make_span(0, system + tokenizer.encode(" Page one"), tokenizer.encode(" fetch"))
+    messages = [{"role": "system", "content": "You extract links."}, {"role": "user", "content": "Page one"}]
+    first = make_span(0, system + tokenizer.encode(" Page one"), tokenizer.encode(" fetch"), messages=messages)
     second = make_span(1, first.prompt_token_ids + first.completion_token_ids + tokenizer.encode(" result"),
-                       tokenizer.encode(" done"), bridged_from=0)
+                       tokenizer.encode(" done"), bridged_from=0, messages=messages)
     # The harness summarised its history: same system prompt, different text after it.
     rewritten = system + tokenizer.encode(" Summary")
-    third = make_span(2, rewritten, tokenizer.encode(" again"))
+    summary = [messages[0], {"role": "user", "content": "Summary"}]
+    third = make_span(2, rewritten, tokenizer.encode(" again"), messages=summary)
     fourth = make_span(3, third.prompt_token_ids + third.completion_token_ids + tokenizer.encode(" ok"),
-                       tokenizer.encode(" final"), bridged_from=2)
+                       tokenizer.encode(" final"), bridged_from=2, messages=summary)
     episode = build_episode([first, second, third, fourth], decoder=tokenizer)
 
-    assert episode.chain == [2, 3] and episode.dropped == [0, 1]
-    assert not episode.rejected  # degraded, still trained
+    assert episode.verdicts == [] and not episode.rejected and episode.dropped == []
+    assert episode.chain == [2, 3] and episode.chain_kind == RowKind.COMPACTION
     assert episode.row.prompt_ids == rewritten
-    verdicts = {v.span: v for v in episode.verdicts}
-    assert set(verdicts) == {0, 1} and {v.rule for v in verdicts.values()} == {Rule.HISTORY_REWRITTEN}
-    broken = verdicts[1]
-    assert broken.effect == Effect.DEGRADE and broken.details["broken_by"] == 2
-    position = len(system)
-    assert broken.details["position"] == position
-    assert broken.details["expected_id"] == second.prompt_token_ids[position]
-    assert broken.details["actual_id"] == rewritten[position]
-    assert broken.details["expected_text"] == tokenizer.decode([second.prompt_token_ids[position]])
-    assert broken.details["actual_text"] == tokenizer.decode([rewritten[position]])
-    assert f"at position {position}" in broken.message and repr(broken.details["actual_text"]) in broken.message
+    (before,) = episode.branches
+    assert before.kind == RowKind.MAIN and before.spans == [0, 1]
+    assert before.row.prompt_ids == first.prompt_token_ids
+    # Every sampled token once: the history before the compaction is trained in its own row.
+    every = [t for span in (first, second, third, fourth) for t in span.completion_token_ids]
+    assert sorted(sampled_tokens(episode)) == sorted(every)
 
 
-def test_side_call_is_dropped_and_the_main_conversation_kept():
+def test_every_kind_of_branch_is_a_row_and_every_sampled_token_is_trained_once():
+    """An OpenAI-SDK harness that makes a side call, runs a sub-agent, compacts and resends a reply
+    changed: 9 calls in 5 chains, all 20 sampled tokens each in exactly one row."""
+    sys_main = [{"role": "system", "content": "main agent"}, {"role": "user", "content": "task"}]
+    main0 = make_span(0, [1, 2, 3], [10, 11, 99], messages=sys_main)
+    title = make_span(1, [7, 8], [70, 99], messages=[{"role": "system", "content": "write a title"}])
+    agent0 = make_span(2, [5, 6], [20, 21, 99], messages=[{"role": "system", "content": "sub agent"}])
+    agent1 = make_span(3, [5, 6, 20, 21, 99, 40], [22, 99], bridged_from=2, reply="the page links to beta.example")
+    result = [*sys_main, {"role": "assistant", "content": "calling agent"},
+              {"role": "tool", "content": "agent said: the page links to beta.example"}]
+    main1 = make_span(4, [1, 2, 3, 10, 11, 99, 41, 42], [12, 99], bridged_from=0, messages=result)
+    main2 = make_span(5, [*main1.prompt_token_ids, *main1.completion_token_ids, 43], [13, 99], bridged_from=4,
+                      messages=result)
+    compacted = make_span(6, [1, 2, 3, 80, 81], [14, 99], messages=[sys_main[0], {"role": "user", "content": "sum"}])
+    # a thinking template strips the earlier reply's first token: the prompt repeats span 6's reply changed
+    stripped = make_span(7, [1, 2, 3, 80, 81, 99, 44], [15, 99], messages=sys_main)
+    final = make_span(8, [*stripped.prompt_token_ids, *stripped.completion_token_ids, 45], [16, 99], bridged_from=7,
+                      messages=sys_main)
+    spans = [main0, title, agent0, agent1, main1, main2, compacted, stripped, final]
+    episode = build_episode(spans)
+
+    assert episode.verdicts == [] and not episode.rejected
+    assert episode.chain == [7, 8] and episode.chain_kind == RowKind.REWRITTEN
+    kinds = {tuple(b.spans): b.kind for b in episode.branches}
+    assert kinds == {(0, 4, 5): RowKind.MAIN, (1,): RowKind.SIDE_CALL, (2, 3): RowKind.SUB_AGENT,
+                     (6,): RowKind.COMPACTION}
+    assert len(episode.rows) == 5
+    every = [t for span in spans for t in span.completion_token_ids]
+    assert sorted(sampled_tokens(episode)) == sorted(every) and len(sampled_tokens(episode)) == 20
+    agent = next(b for b in episode.branches if b.kind == RowKind.SUB_AGENT)
+    assert "span 4's tool result" in agent.why
+    rewritten = episode.row
+    assert rewritten.prompt_ids == stripped.prompt_token_ids  # span 6's changed reply: context, not trained
+
+
+def test_a_side_call_is_its_own_row_and_the_main_conversation_kept():
     main = make_span(0, [1, 2], [3, 99])
     side = make_span(1, [7, 8], [9, 99])  # e.g. a title-generation call
     final = make_span(2, [1, 2, 3, 99, 5], [6, 99], bridged_from=1)  # the label lies: tokens extend span 0
     episode = build_episode([main, side, final])
-    assert episode.chain == [0, 2] and episode.dropped == [1]
-    (verdict,) = episode.verdicts
-    assert verdict.span == 1 and verdict.details["position"] == 0 and verdict.details["broken_by"] == 2
-    assert "labelled bridged from span 1" in verdict.message
+    assert episode.chain == [0, 2] and episode.dropped == [] and episode.verdicts == []
+    (call,) = episode.branches
+    assert call.kind == RowKind.SIDE_CALL and call.spans == [1] and call.shared_tokens == 0
+    assert call.row.completion_ids == [9, 99] and call.row.env_mask == [1, 1]
     assert episode.row.completion_ids == [3, 99, 5, 6, 99] and episode.row.env_mask == [1, 1, 0, 1, 1]
+
+
+def test_a_long_branch_is_truncated_row_by_row():
+    main = make_span(0, [1, 2], [3, 99])
+    side = make_span(1, [7, 8], [9, 9, 9, 9, 9, 99])
+    final = make_span(2, [1, 2, 3, 99, 6], [5, 99])
+    episode = truncate_episode(build_episode([main, side, final]), 5)
+    (verdict,) = episode.verdicts
+    assert verdict.rule == Rule.RESPONSE_TRUNCATED and verdict.span == 1 and "side_call row" in verdict.message
+    assert episode.branches[0].row.completion_ids == [9, 9, 9, 9, 9] and episode.row.completion_ids == [3, 99, 6, 5, 99]
 
 
 def test_full_render_that_extends_is_in_the_chain():
@@ -82,12 +129,14 @@ def test_full_render_that_extends_is_in_the_chain():
     assert build_episode([first, second, relabelled]).chain == [0, 1, 2]
 
 
-def test_a_shorter_prompt_reports_where_it_ends():
+def test_a_shorter_prompt_starts_a_row_of_its_own():
     first = make_span(0, [1, 2, 3], [4, 99])
     final = make_span(1, [1, 2], [5])
-    (verdict,) = build_episode([first, final]).verdicts
-    assert verdict.details["position"] == 2 and verdict.details["actual_id"] is None
-    assert "its prompt ends at position 2" in verdict.message
+    episode = build_episode([first, final])
+    assert episode.chain == [1] and episode.verdicts == []
+    (earlier,) = episode.branches
+    assert earlier.kind == RowKind.MAIN and earlier.row.completion_ids == [4, 99]
+    assert episode.chain_kind == RowKind.SIDE_CALL and episode.row.prompt_ids == [1, 2]  # no system prompt to tell
 
 
 @pytest.mark.parametrize(

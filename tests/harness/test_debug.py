@@ -155,5 +155,6 @@ def test_ids_the_tokenizer_cannot_decode_are_named(tmp_path: Path, tiny_model: P
     path.write_text(json.dumps(record))
     result = veri_debug(str(path), "--model", str(tiny_model))
     assert result.returncode == 0, result.stderr
-    assert "history_rewritten: span 1 dropped from the row" in result.stdout
+    assert "row 1 (rewritten, spans [2]" in result.stdout and "row 2 (main, spans [0, 1])" in result.stdout
     assert "<ids [-5] not in this tokenizer>" in result.stdout
+    assert "tokens: sampled" in result.stdout and "dropped 0" in result.stdout

@@ -34,13 +34,13 @@ def test_recording_replays_identically(name, tiny_model):
 
 
 def test_a_changed_mask_is_caught(anthropic_recording, tiny_model, monkeypatch):
-    built_row = episodes._row
+    built_row = episodes.chain_row
 
     def row_training_on_tool_results(chain):
         row = built_row(chain)
         return row.model_copy(update={"env_mask": [1] * len(row.env_mask)})
 
-    monkeypatch.setattr(episodes, "_row", row_training_on_tool_results)
+    monkeypatch.setattr(episodes, "chain_row", row_training_on_tool_results)
     found = differences(anthropic_recording, replay_in_process(anthropic_recording, tiny_model))
     assert len(found) == 1 and found[0].startswith("episode.row.env_mask: first difference at position"), found
 

@@ -61,7 +61,7 @@ def batch() -> list[RolloutRecord]:
         record(0, 2, [make_span(0, [5, 6], [7, 99])], status=RolloutStatus.FAILED, scored=False),  # masked
         record(1, 0, [make_span(0, [8], [9, 99])], reward_error=True),  # masked: reward_error
         record(1, 1, [], status=RolloutStatus.TRUNCATED, scored=False),  # no_spans + harness_timeout
-        record(1, 2, side, reward=0.5),  # history_rewritten: degraded, still trained
+        record(1, 2, side, reward=0.5),  # a side call: two rows, both trained
     ]
 
 
@@ -171,9 +171,12 @@ def test_step_metrics_of_a_crafted_batch():
         "status/completed": 4, "status/failed": 1, "status/truncated": 1,
         **{f"rule/{rule.value}": 0 for rule in Rule},  # every rule, zeros included
         "rule/no_spans": 1, "rule/harness_failed": 1, "rule/harness_timeout": 1,
-        "rule/history_rewritten": 1, "rule/reward_error": 1,
-        "tokens/prompt": 3 + 2 + 2 + 1 + 2, "tokens/completion": 7 + 2 + 2 + 2 + 4,
-        "tokens/environment": 3 + 1, "tokens/trainable_completion": 7 + 2 + 4, "tokens/completion_mean": 17 / 5,
+        "rule/reward_error": 1,
+        # the side call is a row of its own (prompt 2, sampled 2) next to its rollout's main row
+        "tokens/prompt": 3 + 2 + 2 + 1 + 2 + 2, "tokens/completion": 7 + 2 + 2 + 2 + 4 + 2,
+        "tokens/environment": 3 + 1, "tokens/trainable_completion": 7 + 2 + 4 + 2, "tokens/completion_mean": 19 / 6,
+        "tokens/dropped_fraction": (2 + 2) / 19,  # the failed and the reward_error rollouts' sampled tokens
+        "rows/per_rollout": 6 / 6,
         "turns/mean": 9 / 6, "turns/max": 3,
         "tool_calls/attempted": 0, "tool_calls/parse_failed": 0, "rollouts/with_parse_failures": 0,
         **{f"tool_calls/parse_failed/{kind.value}": 0 for kind in ToolCallFailure},  # no rate: nothing attempted
@@ -241,8 +244,9 @@ def test_index_rows_and_filters(archive: JobArchive):
     assert ids(archive.rollouts(rule="harness_timeout")) == ["r-1-1"]
     truncated = archive.rollouts(rule="no_spans")[0]
     assert truncated["verdicts"] == ["harness_timeout", "no_spans"] and truncated["policy_version"] is None
-    degraded = archive.rollouts(rule="history_rewritten")[0]
-    assert degraded["trainable"] and degraded["reward"] == 0.5 and degraded["policy_version"] == 1
+    assert archive.rollouts(rule="history_rewritten") == []  # a side call is a row of its own now
+    (side,) = [row for row in archive.rollouts(step=0) if row["rollout_id"] == "r-1-2"]
+    assert side["trainable"] and side["reward"] == 0.5 and side["policy_version"] == 1
     assert ids(archive.rollouts(step=0, trainable=True)) == ["r-0-0", "r-0-1", "r-1-2"]
     assert ids(archive.rollouts(step=0, limit=2, offset=2)) == ["r-0-2", "r-1-0"]
     assert archive.rollouts(step=0, status="completed", rule="reward_error")[0]["reward"] is None

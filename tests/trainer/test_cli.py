@@ -57,10 +57,12 @@ def test_debug_explains_a_rewritten_history(tmp_path: Path, tiny_model: Path):
     expected = repr(tokenizer.decode([first.prompt_token_ids[position]]))
     actual = repr(tokenizer.decode([rewritten[position]]))
     assert "rollout r-9  task 3 #1  status completed  reward 1" in result.stdout
-    assert "history_rewritten: span 0 dropped from the row: span 1" in result.stdout
+    assert "row 1 (side_call, spans [1], ends at the final answer)" in result.stdout  # no system prompt to compare
+    assert "row 2 (main, spans [0])" in result.stdout
     assert f"at position {position}" in result.stdout and expected in result.stdout and actual in result.stdout
     assert "span 1  full_render  prompt" in result.stdout and "in row (1/1)" in result.stdout
-    assert "result: TRAINED on 1 of 2 spans" in result.stdout
+    assert "result: TRAINED on 2 of 2 spans in 2 row(s)" in result.stdout
+    assert "tokens: sampled 4, trained 4, dropped 0" in result.stdout
 
 
 def test_debug_reads_foreign_records_and_bare_span_lists(tmp_path: Path):

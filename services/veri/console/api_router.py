@@ -55,6 +55,6 @@ def rollout(request: Request, job: str, step: int, task: int, rollout: int) -> d
 
 
 @router.get("/jobs/{job}/steps/{step}/tasks/{task}/rollouts/{rollout}/tokens")
-def tokens(request: Request, job: str, step: int, task: int, rollout: int) -> dict[str, Any]:
-    _, view = service(request).tokens(RolloutRef(job, step, task, rollout))
+def tokens(request: Request, job: str, step: int, task: int, rollout: int, row: int = 1) -> dict[str, Any]:
+    _, view = service(request).tokens(RolloutRef(job, step, task, rollout), row)
     return view.as_dict()

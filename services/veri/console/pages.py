@@ -70,9 +70,10 @@ def trajectory_page(request: Request, job: str, step: int, task: int, rollout: i
 
 
 @router.get(ROLLOUT + "/tokens", response_class=HTMLResponse)
-def tokens_page(request: Request, job: str, step: int, task: int, rollout: int) -> HTMLResponse:
+def tokens_page(request: Request, job: str, step: int, task: int, rollout: int, row: int = 1) -> HTMLResponse:
     ref = RolloutRef(job, step, task, rollout)
-    row, view = service(request).tokens(ref)
+    row_info, view = service(request).tokens(ref, row)
+    row = row_info
     return render(request, "tokens.html", ref=ref, row=row, view=view, tokens_html=cells_html(view.cells))
 
 

@@ -123,10 +123,15 @@ class ConsoleService:
         harness_log = log_file.read_text(encoding="utf-8", errors="replace") if log_file.is_file() else None
         return row, trajectory_view(record, harness_log)
 
-    def tokens(self, ref: RolloutRef) -> tuple[dict[str, Any], TokenView]:
+    def tokens(self, ref: RolloutRef, number: int = 1) -> tuple[dict[str, Any], TokenView]:
         row, record = self.rollout(ref)
         _, info = self.job(ref.job)
-        return row, token_view(record, job_decoder(self.layout(ref.job), info))
+        try:
+            return row, token_view(record, job_decoder(self.layout(ref.job), info), number)
+        except ValueError:
+            rows = [f"row {n}" for n in range(1, max(1, len(record.episode.rows)) + 1)]
+            raise NotFound(f"row {number} of rollout {ref.rollout}", rows, "?row=1 is the one ending at the final"
+                           " answer") from None
 
     def log_file(self, job: str) -> Path:
         return self.layout(job).train_log

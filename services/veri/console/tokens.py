@@ -1,4 +1,9 @@
-"""The token view: a rollout's training row token by token, as the trainer trains it.
+"""The token view: one of a rollout's training rows token by token, as the trainer trains it.
+
+A rollout has one row per chain of its span tree (`core.branches`): row 1 ends at the final answer,
+rows 2.. are its branches (sub-agents, side calls, the history before a compaction or a rewrite). The
+view lists every row with how it began and shows the selected one; a row that forked from the tree
+marks the token where it stopped sharing the earlier span's tokens.
 
 The row is the record's `episode.row`, built by `core.episodes` (the trainer's own builder; TRL gets it
 through `trainer.grpo.rows.rollout_output`): nothing here re-derives a mask. `env_mask` 1 = a sampled
@@ -60,6 +65,10 @@ class TokenView:
     notes: list[str] = field(default_factory=list)  # other verdicts that shaped the row (truncation)
     spans: list[dict[str, Any]] = field(default_factory=list)  # chain spans: index, label, tokens
     decoded: bool = False
+    rows: list[dict[str, Any]] = field(default_factory=list)  # every row: number, kind, spans, why, sampled
+    selected: int = 1  # the row shown
+    fork: dict[str, Any] | None = None  # where the shown row forked: position, from span, why
+    tokens_line: str = ""  # sampled / trained / dropped (`core.token_account`)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -72,20 +81,32 @@ class TokenView:
         return {
             "trainable": self.trainable, "why_masked": self.why_masked, "counts": self.counts,
             "breaks": [vars(item) for item in self.breaks], "notes": self.notes, "spans": self.spans,
-            "tokens": [asdict(cell) for cell in self.cells],
+            "tokens": [asdict(cell) for cell in self.cells], "rows": self.rows, "selected": self.selected,
+            "fork": self.fork, "tokens_line": self.tokens_line,
         }
 
 
-def token_view(record: RolloutRecord, decoder: TokenDecoder | None) -> TokenView:
-    episode, row = record.episode, record.episode.row
+def token_view(record: RolloutRecord, decoder: TokenDecoder | None, number: int = 1) -> TokenView:
+    """Row `number` of the record (1: the one ending at the final answer; 2..: its branches)."""
+    episode = record.episode
     rejecting = sorted({str(v.rule) for v in record.verdicts if v.effect == "reject"})
     why = "" if record.trainable else (
         f"not trained: {', '.join(rejecting)}" if rejecting else "not trained: the rollout has no reward")
+    rows = _rows(record)
+    if not 1 <= number <= max(1, len(rows)):
+        raise ValueError(f"row {number} does not exist: this rollout has {len(rows)} row(s)")
+    if number == 1:
+        row, chain = episode.row, episode.chain
+        fork = (episode.chain_forks_from, episode.chain_shared_tokens, episode.chain_why)
+    else:
+        branch = [b for b in episode.branches if b.row is not None][number - 2]
+        row, chain, fork = branch.row, branch.spans, (branch.forks_from, branch.shared_tokens, branch.why)
+    extra = {"rows": rows, "selected": number, "tokens_line": record.tokens.line()}
     if row is None:
-        return TokenView([], record.trainable, why or "not trained: no training row", notes=_notes(record))
+        return TokenView([], record.trainable, why or "not trained: no training row", notes=_notes(record), **extra)
     ids = [*row.prompt_ids, *row.completion_ids]
     texts = decoder.pieces(ids) if decoder else [None] * len(ids)
-    owners, starts = _span_owners(record, len(row.prompt_ids), len(ids))
+    owners, starts = _span_owners(record, chain, len(row.prompt_ids), len(ids))
     prompt_length, trainable = len(row.prompt_ids), record.trainable
     start_positions = set(starts.values())
     cells = []
@@ -97,11 +118,30 @@ def token_view(record: RolloutRecord, decoder: TokenDecoder | None) -> TokenView
             logprob=row.logprobs[position - prompt_length] if sampled else None, span=owners[position],
             starts_span=position in start_positions,
         ))
-    breaks = _breaks(record, cells, decoder)
+    breaks = _breaks(record, cells, decoder) if number == 1 else []
+    forked = None
+    if fork[0] is not None:
+        forks_from, shared, reason = fork
+        forked = {"from_span": forks_from, "position": shared, "why": reason}
+        if shared < len(cells):
+            cells[shared].breaks = f"row {number} forks from span {forks_from} here: {reason}"
     by_index = {span.request_index: span for span in record.spans}
     spans = [{"index": index, "label": span_label(by_index[index]), "starts_at": starts.get(index)}
-             for index in episode.chain]
-    return TokenView(cells, trainable, why, breaks, _notes(record), spans, decoded=decoder is not None)
+             for index in chain]
+    return TokenView(cells, trainable, why, breaks, _notes(record), spans, decoded=decoder is not None,
+                     fork=forked, **extra)
+
+
+def _rows(record: RolloutRecord) -> list[dict[str, Any]]:
+    episode = record.episode
+    found = []
+    if episode.row is not None:
+        found.append({"number": 1, "kind": str(episode.chain_kind), "spans": episode.chain,
+                      "why": episode.chain_why, "sampled": sum(episode.row.env_mask), "final": True})
+    for branch in (b for b in episode.branches if b.row is not None):
+        found.append({"number": len(found) + 1, "kind": str(branch.kind), "spans": branch.spans, "why": branch.why,
+                      "sampled": sum(branch.row.env_mask), "final": False})
+    return found
 
 
 def span_label(span: Span) -> str:
@@ -111,10 +151,12 @@ def span_label(span: Span) -> str:
     return f"{label} ({span.prompt_source_reason}), policy v{span.policy_version}"
 
 
-def _span_owners(record: RolloutRecord, prompt_length: int, total: int) -> tuple[list[int | None], dict[int, int]]:
+def _span_owners(
+    record: RolloutRecord, indices: list[int], prompt_length: int, total: int
+) -> tuple[list[int | None], dict[int, int]]:
     """Per row position, the chain span its token came from; and where each chain span's tokens start."""
     by_index = {span.request_index: span for span in record.spans}
-    chain = [by_index[index] for index in record.episode.chain]
+    chain = [by_index[index] for index in indices]
     owners: list[int | None] = []
     starts: dict[int, int] = {}
     if not chain:

@@ -1,44 +1,56 @@
-"""Episodes: a rollout's spans -> one training row, and the named rules that reject or degrade it.
+"""Episodes: a rollout's spans -> its training rows, and the named rules that reject or degrade it.
 
-The row (what TRL's `rollout_func` returns for one rollout):
+The rows are the rollout's span tree cut into chains (`core.branches`: every sampled token in exactly
+one row). `Episode.row` is the chain that ends at the final answer (the last span), `Episode.chain` its
+spans; `Episode.branches` holds every other chain (a sub-agent, a side call, the history before a
+compaction or a rewrite), each labelled with how it began. Each row:
 
-    prompt_ids      = the first chain span's prompt ids (not trained)
-    completion_ids  = its completion, then for each later chain span the environment tokens
+    prompt_ids      = the chain's first prompt (not trained)
+    completion_ids  = its completion, then for each later span the environment tokens
                       (its prompt minus the previous prompt + completion) and its completion
     logprobs        = the sampled logprobs, 0.0 on environment tokens
     env_mask        = 1 on sampled tokens, 0 on environment tokens (TRL's `env_mask`)
 
-The *chain* is decided on tokens only (a span's `prompt_source` / `bridged_from` labels are shown,
-never trusted): span B extends span A when B's prompt starts with A's prompt + completion. The chain
-is the longest sequence of spans, each extending the one before, that ends at the final answer (the
-last span). Walking back from the final span F, every span F extends is a prefix of F's prompt, so
-among those "B extends A" reduces to comparing lengths; the chain is the longest such run ending at F.
-Spans off the chain (side calls, turns before a rewritten history) are dropped from the row and each
-gets a `history_rewritten` verdict saying which chain span did not extend it and where they differ.
+Chains are decided on tokens only (a span's `prompt_source` / `bridged_from` labels are shown, never
+trusted). Records written before branches existed kept only the final chain and gave every other span a
+`history_rewritten` verdict; they read as before.
 
 Every rule has a name, an effect and a fix (`RULES`); every verdict lands in the rollout record.
-`truncate_episode` applies the job's max_response_length afterwards (`response_truncated`).
-Two choices worth knowing:
+`truncate_episode` applies the job's max_response_length to each row afterwards (`response_truncated`).
+Choices worth knowing:
   - a span without ids *anywhere* rejects the rollout (`token_ids_absent`), not only one on the chain:
-    without its tokens nobody can tell whether it was a link of the chain;
+    without its tokens nobody can tell which chain it belongs to;
   - a span with ids but without logprobs (`logprobs_absent`: the policy returned none, a null among
-    them, or fewer than its tokens) rejects the rollout too; its ids still place it on or off the chain;
+    them, or fewer than its tokens) rejects the rollout too; its ids still place it in a chain;
   - a truncated rollout (killed at harness_timeout_s) is rejected, not kept: see `_status_verdicts`.
-A rejected rollout keeps its row when one can be built (for the record and `veri debug`); only
+A rejected rollout keeps its rows when they can be built (for the record and `veri debug`); only
 `Episode.rejected` / `RolloutRecord.trainable` say whether it may be trained on.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from veri.core.branches import (
+    Branch,
+    Decoder,
+    RowKind,
+    TrainingRow,
+    branch,
+    chain_row,
+    chains,
+    extends,
+    first_difference,
+)
 from veri.core.records import TokenFidelity
+
+__all__ = ["Branch", "Decoder", "RowKind", "TrainingRow", "extends", "first_difference"]
 
 
 class Rule(StrEnum):
@@ -100,12 +112,11 @@ RULES: dict[Rule, RuleSpec] = {
         " overloaded policy slows every rollout); to penalise slow agents, stop the loop in the harness and"
         " exit 0 so the reward scores it",
     ),
-    Rule.HISTORY_REWRITTEN: RuleSpec(
+    Rule.HISTORY_REWRITTEN: RuleSpec(  # records written before branches: such spans are rows of their own now
         Effect.DEGRADE,
-        "a span is not on the token chain that ends at the final answer (the harness edited, trimmed or"
-        " reordered its history, or made a side call)",
-        "keep the harness's conversation append-only (no trimming, summarising or changed system prompt);"
-        " the row trains only on the chain ending at the final answer",
+        "(a record written before branches were trained) a span is not on the token chain that ends at the"
+        " final answer, so it was not trained",
+        "nothing: veri now trains every chain of a rollout as a row of its own (`Episode.branches`)",
     ),
     Rule.RESPONSE_TRUNCATED: RuleSpec(
         Effect.DEGRADE,
@@ -259,30 +270,28 @@ def _what_is_wrong(problem: Any) -> str:
     return f"{where}: {problem['msg'][:1].lower()}{problem['msg'][1:]}"
 
 
-class TrainingRow(BaseModel):
-    """One rollout as TRL trains it (see the module docstring)."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    logprobs: list[float]
-    env_mask: list[int]
-
-
 class Episode(BaseModel):
     status: RolloutStatus
     chain: list[int] = Field(default_factory=list, description="request_index of the spans in the row, in order")
-    dropped: list[int] = Field(default_factory=list, description="spans with ids that are not in the row")
-    policy_versions: list[int] = Field(default_factory=list, description="distinct versions over the chain")
+    chain_kind: RowKind = Field(default=RowKind.MAIN, description="how the chain ending at the final answer began")
+    chain_why: str = Field(default="", description="the same, in words")
+    chain_forks_from: int | None = Field(default=None, description="the earlier span it shares the most tokens with")
+    chain_shared_tokens: int = Field(default=0, description="leading tokens it shares with that span")
+    dropped: list[int] = Field(default_factory=list, description="spans with ids that are in no row (older records)")
+    policy_versions: list[int] = Field(default_factory=list, description="distinct versions over every row")
     row: TrainingRow | None = Field(default=None, description="None when no trainable chain exists")
+    branches: list[Branch] = Field(default_factory=list, description="the other chains, each a row of its own")
     verdicts: list[Verdict] = Field(default_factory=list)
+
+    @property
+    def rows(self) -> list[TrainingRow]:
+        """Every row of the rollout: the final chain's first, then the branches' (in their order)."""
+        found = [self.row] if self.row is not None else []
+        return found + [b.row for b in self.branches if b.row is not None]
 
     @property
     def rejected(self) -> bool:
         return self.row is None or any(v.effect == Effect.REJECT for v in self.verdicts)
-
-
-class Decoder(Protocol):
-    def decode(self, token_ids: list[int]) -> str: ...
 
 
 def as_episode_spans(spans: Iterable[Any]) -> list[EpisodeSpan]:
@@ -329,29 +338,48 @@ def build_episode(
     for span, why in no_logprobs:
         message = f"span {span.request_index} cannot be trained on: {why}"
         verdicts.append(Verdict.of(Rule.LOGPROBS_ABSENT, message, span=span.request_index))
-    chain = _longest_chain(present) if present else []
-    in_chain = {span.request_index for span in chain}
-    dropped = [span for span in present if span.request_index not in in_chain]
-    verdicts += [_dropped_verdict(span, chain, decoder) for span in dropped]
+    found = chains(present)
+    final = next((chain for chain in found if chain[-1] is present[-1]), []) if present else []
+    trainable = not (absent or no_logprobs)
+    labelled = {id(chain[0]): branch(chain, present, trainable=trainable, decoder=decoder) for chain in found}
     return Episode(
         status=status,
-        chain=[span.request_index for span in chain],
-        dropped=[span.request_index for span in dropped],
-        policy_versions=sorted({s.policy_version for s in chain if s.policy_version is not None}),
-        row=None if absent or no_logprobs or not chain else _row(chain),
+        chain=[span.request_index for span in final],
+        chain_kind=labelled[id(final[0])].kind if final else RowKind.MAIN,
+        chain_why=labelled[id(final[0])].why if final else "",
+        chain_forks_from=labelled[id(final[0])].forks_from if final else None,
+        chain_shared_tokens=labelled[id(final[0])].shared_tokens if final else 0,
+        policy_versions=sorted({s.policy_version for s in present if s.policy_version is not None}),
+        row=chain_row(final) if trainable and final else None,
+        branches=[labelled[id(chain[0])] for chain in found if chain is not final],
         verdicts=verdicts,
     )
 
 
 def truncate_episode(episode: Episode, max_length: int) -> Episode:
-    """The episode with its row cut to `max_length` completion tokens (a `response_truncated` verdict).
+    """The episode with each row cut to `max_length` completion tokens (a `response_truncated` verdict).
 
-    Environment tokens left at the end of the cut are dropped too: they are not trained on, so the row
-    ends on the last sampled token it keeps. An episode whose row fits is returned unchanged.
+    Environment tokens left at the end of a cut are dropped too: they are not trained on, so the row
+    ends on the last sampled token it keeps. An episode whose rows fit is returned unchanged.
     """
-    row = episode.row
-    if row is None or len(row.completion_ids) <= max_length:
+    update: dict[str, Any] = {}
+    verdicts = list(episode.verdicts)
+    if episode.row is not None and len(episode.row.completion_ids) > max_length:
+        update["row"], verdict = _cut(episode.row, max_length, "the row")
+        verdicts.append(verdict)
+    branches = []
+    for found in episode.branches:
+        if found.row is not None and len(found.row.completion_ids) > max_length:
+            cut, verdict = _cut(found.row, max_length, f"the {found.kind} row from span {found.spans[0]}")
+            found = found.model_copy(update={"row": cut})
+            verdicts.append(verdict.model_copy(update={"span": found.spans[0]}))
+        branches.append(found)
+    if len(verdicts) == len(episode.verdicts):
         return episode
+    return episode.model_copy(update={**update, "branches": branches, "verdicts": verdicts})
+
+
+def _cut(row: TrainingRow, max_length: int, which: str) -> tuple[TrainingRow, Verdict]:
     keep = max_length
     while keep > 0 and row.env_mask[keep - 1] == 0:
         keep -= 1
@@ -361,17 +389,10 @@ def truncate_episode(episode: Episode, max_length: int) -> Episode:
     )
     sampled = sum(row.env_mask)
     message = (
-        f"the row has {len(row.completion_ids)} completion tokens ({sampled} sampled), more than"
+        f"{which} has {len(row.completion_ids)} completion tokens ({sampled} sampled), more than"
         f" max_response_length={max_length}: kept the first {keep} ({sum(cut.env_mask)} sampled)"
     )
-    verdict = Verdict.of(Rule.RESPONSE_TRUNCATED, message, length=len(row.completion_ids), kept=keep)
-    return episode.model_copy(update={"row": cut, "verdicts": [*episode.verdicts, verdict]})
-
-
-def extends(later: EpisodeSpan, earlier: EpisodeSpan) -> bool:
-    """True when `later`'s prompt starts with `earlier`'s prompt + completion (token for token)."""
-    prefix = earlier.sequence
-    return len(later.prompt_token_ids) >= len(prefix) and later.prompt_token_ids[: len(prefix)] == prefix
+    return cut, Verdict.of(Rule.RESPONSE_TRUNCATED, message, length=len(row.completion_ids), kept=keep)
 
 
 def _status_verdicts(status: RolloutStatus, exit_code: int | None) -> list[Verdict]:
@@ -384,88 +405,3 @@ def _status_verdicts(status: RolloutStatus, exit_code: int | None) -> list[Verdi
         # it as a failure would feed infrastructure noise into the group's advantages.
         return [Verdict.of(Rule.HARNESS_TIMEOUT, RULES[Rule.HARNESS_TIMEOUT].summary)]
     return []
-
-
-def _longest_chain(spans: Sequence[EpisodeSpan]) -> list[EpisodeSpan]:
-    """The longest run of spans, each extending the previous, that ends at the last span."""
-    final = spans[-1]
-    # Every candidate's prompt + completion is a prefix of the final prompt, so between candidates
-    # "b extends a" is just len(b.prompt) >= len(a.prompt + a.completion).
-    candidates = [span for span in spans[:-1] if extends(final, span)] + [final]
-    length = [1] * len(candidates)
-    previous: list[int | None] = [None] * len(candidates)
-    for b, later in enumerate(candidates):
-        for a in range(b):
-            earlier = candidates[a]
-            if len(later.prompt_token_ids) >= len(earlier.sequence) and length[a] + 1 >= length[b]:
-                length[b], previous[b] = length[a] + 1, a  # on ties, the later predecessor wins
-    chain: list[EpisodeSpan] = []
-    at: int | None = len(candidates) - 1
-    while at is not None:
-        chain.append(candidates[at])
-        at = previous[at]
-    return chain[::-1]
-
-
-def _row(chain: Sequence[EpisodeSpan]) -> TrainingRow:
-    first = chain[0]
-    completion, logprobs = list(first.completion_token_ids), list(first.completion_logprobs)
-    mask = [1] * len(completion)
-    for earlier, span in zip(chain, chain[1:], strict=False):
-        environment = span.prompt_token_ids[len(earlier.sequence) :]
-        completion += environment + span.completion_token_ids
-        logprobs += [0.0] * len(environment) + span.completion_logprobs
-        mask += [0] * len(environment) + [1] * len(span.completion_token_ids)
-    return TrainingRow(
-        prompt_ids=list(first.prompt_token_ids), completion_ids=completion, logprobs=logprobs, env_mask=mask
-    )
-
-
-def _dropped_verdict(span: EpisodeSpan, chain: Sequence[EpisodeSpan], decoder: Decoder | None) -> Verdict:
-    """Why `span` is off the chain: the first chain span after it does not extend it."""
-    after = next(c for c in chain if c.request_index > span.request_index)
-    difference = first_difference(span.sequence, after.prompt_token_ids, decoder)
-    claimed = f"labelled {after.prompt_source or 'unknown'}"
-    if after.bridged_from is not None:
-        claimed += f" from span {after.bridged_from}"
-    if difference["position"] is None:
-        what = "its tokens are covered by a longer chain through other spans"
-    else:
-        what = f"span {after.request_index} ({claimed}) does not extend it: {difference['summary']}"
-    message = f"span {span.request_index} dropped from the row: {what}"
-    return Verdict.of(
-        Rule.HISTORY_REWRITTEN, message, span=span.request_index, broken_by=after.request_index, **difference
-    )
-
-
-def first_difference(expected: list[int], actual: list[int], decoder: Decoder | None = None) -> dict[str, Any]:
-    """Where `actual` stops starting with `expected`: position, both token ids, decoded text, a summary.
-
-    `position` is None when `actual` does start with `expected`.
-    """
-    limit = min(len(expected), len(actual))
-    position = next((i for i in range(limit) if expected[i] != actual[i]), limit)
-    if position == len(expected):
-        return {"position": None, "expected_id": None, "actual_id": None, "summary": "no difference"}
-    expected_id = expected[position]
-    actual_id = actual[position] if position < len(actual) else None
-    found: dict[str, Any] = {"position": position, "expected_id": expected_id, "actual_id": actual_id}
-    if decoder is not None:
-        found["expected_text"] = decoder.decode([expected_id])
-        found["actual_text"] = decoder.decode([actual_id]) if actual_id is not None else None
-        found["context"] = decoder.decode(expected[max(0, position - 12) : position])
-    found["summary"] = _describe_difference(found)
-    return found
-
-
-def _describe_difference(found: dict[str, Any]) -> str:
-    def token(key: str) -> str:
-        text = f" {found[key + '_text']!r}" if found.get(key + "_text") is not None else ""
-        return f"{found[key + '_id']}{text}"
-
-    where = f"at position {found['position']}"
-    if "context" in found:
-        where += f" (after {found['context']!r})"
-    if found["actual_id"] is None:
-        return f"its prompt ends {where}, where the earlier span has {token('expected')}"
-    return f"first different token {where}: earlier span has {token('expected')}, this prompt has {token('actual')}"

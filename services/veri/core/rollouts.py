@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from veri.core.episodes import Effect, Episode, RolloutStatus, Verdict
 from veri.core.records import Span
+from veri.core.token_account import TokenAccount, sampled_tokens, token_account
 
 
 class RewardOutcome(BaseModel):
@@ -72,3 +73,9 @@ class RolloutRecord(BaseModel):
         if any(verdict.effect == Effect.REJECT for verdict in self.verdicts) or self.episode.row is None:
             return False
         return self.reward is not None and self.reward.reward is not None
+
+    @property
+    def tokens(self) -> TokenAccount:
+        """Where its sampled tokens went (`core.token_account`)."""
+        sampled = {span.request_index: sampled_tokens(span.completion_token_ids, span.response) for span in self.spans}
+        return token_account(self.episode, sampled, self.verdicts, trainable=self.trainable)

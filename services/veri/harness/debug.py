@@ -28,11 +28,13 @@ from veri.core.episodes import (
     Episode,
     EpisodeSpan,
     RolloutStatus,
+    TrainingRow,
     Verdict,
     as_episode_spans,
     build_episode,
     json_kind,
 )
+from veri.core.token_account import sampled_tokens, token_account
 
 # Keys only a span has: a list of objects with one of these and no `spans` is a bare list of spans.
 _SPAN_KEYS = {"prompt_token_ids", "completion_token_ids", "completion_logprobs"}
@@ -133,7 +135,7 @@ def explain(record: dict[str, Any], decoder: Decoder | None = None) -> str:
     if rules:
         lines.append("what to do:")
         lines += [f"  {rule} ({v.effect}): {v.fix}" for rule, v in rules.items()]
-    lines.append(_result(episode, verdicts, len(spans)))
+    lines += _result(episode, verdicts, spans)
     if failures := sum(len(span.tool_call_failures) for span in spans):
         lines.append(f"tool-call parse failures: {failures} ({_failure_kinds(spans)}): the harness got"
                      " the written text instead of a call; a rising count in the step metrics"
@@ -180,6 +182,10 @@ def _span_line(span: EpisodeSpan, episode: Episode) -> str:
     if span.request_index in episode.chain:
         position = episode.chain.index(span.request_index)
         return f"{head}  -> in row ({position + 1}/{len(episode.chain)})"
+    for number, branch in enumerate(episode.branches, start=2):
+        if span.request_index in branch.spans:
+            position = branch.spans.index(span.request_index)
+            return f"{head}  -> in row {number}, {branch.kind} ({position + 1}/{len(branch.spans)})"
     return f"{head}  -> not in row"
 
 
@@ -207,18 +213,35 @@ def _failure_kinds(spans: list[EpisodeSpan]) -> str:
     return ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
 
 
-def _result(episode: Episode, verdicts: list[Verdict], n_spans: int) -> str:
+def _result(episode: Episode, verdicts: list[Verdict], spans: list[EpisodeSpan]) -> list[str]:
+    """The outcome, each row (the final answer's first, then the branches with how they began), the tokens."""
     rejecting = sorted({str(v.rule) for v in verdicts if v.effect == Effect.REJECT})
-    if rejecting or episode.row is None:
-        return f"result: REJECTED ({', '.join(rejecting) or 'no trainable chain'}): masked out of the loss"
-    row = episode.row
-    sampled = sum(row.env_mask)
+    trainable = not rejecting and episode.row is not None
+    account = token_account(episode, {s.request_index: sampled_tokens(s.completion_token_ids) for s in spans},
+                            verdicts, trainable=trainable).line()
+    if not trainable:
+        return [f"result: REJECTED ({', '.join(rejecting) or 'no trainable chain'}): masked out of the loss", account]
+    rows = episode.rows
     degraded = sorted({str(v.rule) for v in verdicts if v.effect == Effect.DEGRADE})
     note = f"; degraded by {', '.join(degraded)}" if degraded else ""
     versions = f"; policy versions {episode.policy_versions}" if len(episode.policy_versions) > 1 else ""
-    return (f"result: TRAINED on {len(episode.chain)} of {n_spans} spans: prompt {len(row.prompt_ids)} tokens,"
-            f" completion {len(row.completion_ids)} ({sampled} sampled, {len(row.completion_ids) - sampled}"
-            f" environment){note}{versions}")
+    in_rows = len(episode.chain) + sum(len(b.spans) for b in episode.branches)
+    if len(rows) == 1:
+        return [f"result: TRAINED on {in_rows} of {len(spans)} spans: {_row_sizes(rows[0])}{note}{versions}", account]
+    lines = [f"result: TRAINED on {in_rows} of {len(spans)} spans in {len(rows)} row(s){note}{versions}",
+             f"  row 1 ({episode.chain_kind}, spans {episode.chain}, ends at the final answer): {_row_sizes(rows[0])};"
+             f" {episode.chain_why}"]
+    for number, branch in enumerate(episode.branches, start=2):
+        if branch.row is not None:
+            lines.append(f"  row {number} ({branch.kind}, spans {branch.spans}): {_row_sizes(branch.row)};"
+                         f" {branch.why}")
+    return [*lines, account]
+
+
+def _row_sizes(row: TrainingRow) -> str:
+    sampled = sum(row.env_mask)
+    return (f"prompt {len(row.prompt_ids)} tokens, completion {len(row.completion_ids)} ({sampled} sampled,"
+            f" {len(row.completion_ids) - sampled} environment)")
 
 
 def _recorded_reward_verdicts(record: dict[str, Any]) -> list[Verdict]:

@@ -9,10 +9,12 @@
     status/<completed|failed|truncated>             rollouts per harness status (zeros included)
     rule/<name>                                     rollouts where that rule fired, every Rule (zeros included)
     tokens/prompt, tokens/completion, tokens/environment
-                                                    summed over episode rows (completion = sampled tokens,
+                                                    summed over every row of every rollout (completion = sampled tokens,
                                                     env_mask 1; environment = bridged turns, env_mask 0)
     tokens/trainable_completion                     sampled tokens of trainable rollouts (what the loss sees)
     tokens/completion_mean                          sampled tokens per row
+    tokens/dropped_fraction                         sampled tokens not trained / all sampled (`core.token_account`)
+    rows/per_rollout                                training rows per rollout (branches: sub-agents, side calls)
     turns/mean, turns/max                           spans (model calls) per rollout
     tool_calls/attempted                            tool calls the policy wrote, parsed or not
     tool_calls/parse_failed, .../parse_failed/<kind>
@@ -70,18 +72,23 @@ def step_metrics(records: list[RolloutRecord], timings: dict[str, float]) -> Met
     fired = [{verdict.rule for verdict in record.verdicts} for record in records]
     metrics |= {f"rule/{rule.value}": sum(rule in rules for rules in fired) for rule in Rule}
 
-    rows = [record.episode.row for record in records if record.episode.row is not None]
+    rows = [row for record in records for row in record.episode.rows]
     sampled = [sum(row.env_mask) for row in rows]
     metrics |= {
         "tokens/prompt": sum(len(row.prompt_ids) for row in rows),
         "tokens/completion": sum(sampled),
         "tokens/environment": sum(len(row.env_mask) for row in rows) - sum(sampled),
         "tokens/trainable_completion": sum(
-            sum(record.episode.row.env_mask) for record in records if record.trainable and record.episode.row
+            sum(row.env_mask) for record in records if record.trainable for row in record.episode.rows
         ),
     }
     if rows:
         metrics["tokens/completion_mean"] = statistics.fmean(sampled)
+    accounts = [record.tokens for record in records]
+    if all_sampled := sum(account.sampled for account in accounts):
+        metrics["tokens/dropped_fraction"] = sum(account.dropped_total for account in accounts) / all_sampled
+    if records:
+        metrics["rows/per_rollout"] = statistics.fmean(len(record.episode.rows) for record in records)
 
     turns = [len(record.spans) for record in records]
     if turns:

@@ -8,6 +8,11 @@
                      "Support custom env_mask from rollout_func"; `_compute_loss`)
     veri_rewards     per record, each reward function's value, or None for every function when the
                      record is not trainable. TRL forwards extra keys to its reward functions (`grpo.rewards`)
+    veri_branch_rows per record, its other rows (`Episode.branches`: sub-agents, side calls, the history
+                     before a compaction), [] when it has none or is not trainable; appended to TRL's batch
+                     with the record's advantage (`grpo.branch_rows`)
+
+The row in TRL's slot is the one that ends at the final answer (`Episode.row`).
 
 A record that is not trainable (rejected by a rule, or unscored) is *masked*: it gets a one-token
 placeholder row whose env_mask is 0, so it adds nothing to the loss, and None from every reward
@@ -26,6 +31,7 @@ from typing import Any
 
 from veri.core.episodes import TrainingRow
 from veri.core.rollouts import RolloutRecord
+from veri.trainer.grpo.branch_rows import BRANCH_ROWS_FIELD
 
 REWARDS_FIELD = "veri_rewards"
 
@@ -44,7 +50,7 @@ class MaskedRow:
 
 def rollout_output(records: list[RolloutRecord], masked: MaskedRow, reward_names: list[str]) -> dict[str, list[Any]]:
     output: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [],
-                                    REWARDS_FIELD: []}
+                                    REWARDS_FIELD: [], BRANCH_ROWS_FIELD: []}
     for record in records:
         trainable = record.trainable
         row = record.episode.row if trainable and record.episode.row is not None else masked.row()
@@ -54,4 +60,6 @@ def rollout_output(records: list[RolloutRecord], masked: MaskedRow, reward_names
         output["env_mask"].append(list(row.env_mask))
         values = record.reward.per_function if trainable and record.reward is not None else {}
         output[REWARDS_FIELD].append({name: values.get(name) for name in reward_names})
+        branches = [b.row for b in record.episode.branches if b.row is not None] if trainable else []
+        output[BRANCH_ROWS_FIELD].append([branch.model_dump() for branch in branches])
     return output

@@ -1,4 +1,8 @@
-"""`GRPOTrainer` with veri's one addition: the share of tokens whose off-policy correction was truncated.
+"""`GRPOTrainer` with veri's two additions: a rollout's branch rows, and the share of tokens whose
+off-policy correction was truncated.
+
+A rollout whose history is a tree has several rows; TRL's batch gets the one ending at the final answer,
+and `grpo.branch_rows` appends the others with their rollout's advantage once TRL has built it.
 
 TRL computes the per-token importance ratio (trainer / sampler probability, `vllm_importance_sampling_*`)
 and logs its min/mean/max; with `token_truncate` a ratio above the cap is set to the cap, and how often
@@ -11,7 +15,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from veri.trainer.grpo.branch_rows import add_branch_rows, branch_rows
+
 TRUNCATED_METRIC = "sampling/importance_sampling_ratio/truncated_frac"
+BRANCH_METRIC = "rows/branch_rows"  # rows trained besides the one per rollout in TRL's slot
 
 
 @functools.cache
@@ -21,6 +28,10 @@ def veri_trainer_class() -> type:
     class VeriGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
             output: dict[str, Any] = super()._generate_and_score_completions(inputs)
+            branches = branch_rows(inputs)
+            output = add_branch_rows(self, output, branches)
+            mode = "train" if self.model.training else "eval"
+            self._metrics[mode][BRANCH_METRIC].append(float(len(branches)))
             ratio, cap = output.get("importance_sampling_ratio"), self.vllm_importance_sampling_clip_max
             if ratio is not None and cap is not None and self.vllm_importance_sampling_mode == "token_truncate":
                 mask = output["completion_mask"]
@@ -28,7 +39,6 @@ def veri_trainer_class() -> type:
                     mask = mask * output["tool_mask"]
                 counted = mask.sum().clamp(min=1)
                 truncated = ((ratio >= cap) * mask).sum() / counted
-                mode = "train" if self.model.training else "eval"
                 self._metrics[mode][TRUNCATED_METRIC].append(float(truncated))
             return output
 

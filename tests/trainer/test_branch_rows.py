@@ -1,0 +1,121 @@
+"""A rollout with a branch (here a side call) on TRL 1.16's own batch code: the branch row lands in the
+batch with its rollout's advantage, the logprobs the loss uses for it are the model's own for that row,
+the other rollouts' advantages do not move, and every sampled token is counted once in the loss."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from tests.core.spans import make_span
+from tests.trainer.records import EOS, scored, two_turn_spans
+from veri.core.episodes import RolloutStatus, RowKind, build_episode
+from veri.core.rollouts import RewardOutcome, RolloutRecord
+from veri.rewards import RewardFunction
+from veri.trainer.grpo.branch_rows import BRANCH_ROWS_FIELD
+from veri.trainer.grpo.config import CORRECTION
+from veri.trainer.grpo.rewards import trl_reward_funcs
+from veri.trainer.grpo.rows import MaskedRow, rollout_output
+from veri.trainer.grpo.setup import seat_weight_sync
+from veri.trainer.grpo.trainer import BRANCH_METRIC, veri_trainer_class
+from veri.trainer.rollouts.tasks import task_key, trl_dataset
+from veri.trainer.weights.sync import PushedAfterEachStep
+
+SIDE_PROMPT, SIDE_COMPLETION = [70, 71, 72, 73, 74, 75], [80, 81, EOS]
+
+
+def model_logprobs(model_dir: Path, prompt: list[int], completion: list[int]) -> list[float]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
+    return torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(completion)[:, None])[:, 0].tolist()
+
+
+def with_side_call(index: int, reward: float, side_logprobs: list[float]) -> RolloutRecord:
+    """Rollout `index` of task 0: the main two-turn chain with a title-style side call between its turns."""
+    first, second = two_turn_spans(index)
+    side = make_span(1, SIDE_PROMPT, SIDE_COMPLETION, logprobs=side_logprobs)
+    spans = [first, side, second.model_copy(update={"request_index": 2})]
+    episode = build_episode(spans)
+    assert [b.kind for b in episode.branches] == [RowKind.SIDE_CALL]
+    outcome = RewardOutcome(reward=reward, per_function={"reward": reward})
+    return RolloutRecord(rollout_id=f"r-0-{index}", task_index=0, rollout_index=index,
+                         status=RolloutStatus.COMPLETED, spans=spans, episode=episode, reward=outcome)
+
+
+def make_trainer(model: Path, out: Path, records: list[RolloutRecord], **config):
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    masked = MaskedRow(pad_id=tokenizer.pad_token_id, eos_id=tokenizer.eos_token_id)
+    funcs, weights = trl_reward_funcs([RewardFunction.wrap("reward", lambda **kw: None)])
+
+    def rollout_func(prompts, trainer):
+        return rollout_output(records, masked, ["reward"])
+
+    args = GRPOConfig(output_dir=str(out), use_cpu=True, bf16=False, num_generations=len(records),
+                      per_device_train_batch_size=len(records), max_completion_length=16, report_to="none",
+                      reward_weights=weights, **CORRECTION, **config)
+    trainer = veri_trainer_class()(model=str(model), reward_funcs=funcs, args=args, train_dataset=trl_dataset([{}]),
+                                   processing_class=tokenizer, rollout_func=rollout_func)
+    seat_weight_sync(trainer, PushedAfterEachStep())  # what the job does for hf: the correction runs
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    return trainer
+
+
+def generate(trainer, records):
+    return trainer._generate_and_score_completions([{"prompt": task_key(r.task_index)} for r in records])
+
+
+def test_a_branch_row_is_trained_with_its_rollouts_advantage(tiny_model, tmp_path):
+    own = model_logprobs(tiny_model, SIDE_PROMPT, SIDE_COMPLETION)
+    plain = [scored(0, 1, 0.0), scored(0, 2, 0.5), scored(0, 3, 0.0)]
+    records = [with_side_call(0, 1.0, own), *plain]
+    trainer = make_trainer(tiny_model, tmp_path / "a", records)
+    batch = generate(trainer, records)
+
+    assert len(batch["advantages"]) == 5 and trainer._metrics["train"][BRANCH_METRIC] == [1.0]
+    assert batch["advantages"][4] == batch["advantages"][0] > 0
+    # The branch does not move anyone's advantage: the same group without it gives the same four.
+    without = [records[0].model_copy(update={"episode": records[0].episode.model_copy(update={"branches": []})}),
+               *plain]
+    alone = generate(make_trainer(tiny_model, tmp_path / "b", without), without)
+    torch.testing.assert_close(batch["advantages"][:4], alone["advantages"])
+
+    # Its tokens, as the loss sees them: the side call's prompt, its sampled completion, all trained.
+    branch = records[0].episode.branches[0].row
+    width = len(branch.completion_ids)
+    assert batch["completion_ids"][4, :width].tolist() == branch.completion_ids
+    assert batch["prompt_ids"][4, -len(SIDE_PROMPT):].tolist() == SIDE_PROMPT
+    loss_mask = batch["completion_mask"] * batch["tool_mask"]
+    assert loss_mask[4].tolist() == [1] * width + [0] * (loss_mask.size(1) - width)
+    sampled = sum(len(s.completion_token_ids) for r in records for s in r.spans)
+    assert batch["num_items_in_batch"] == loss_mask.sum() == sampled  # every sampled token, once
+    # The trainer's logprobs for the row are the model's own (padding and all), so the ratio is 1.
+    torch.testing.assert_close(batch["old_per_token_logps"][4, :width], torch.tensor(own), atol=1e-5, rtol=0)
+    torch.testing.assert_close(batch["importance_sampling_ratio"][4, :width], torch.ones(width), atol=1e-4, rtol=0)
+
+    loss = trainer.compute_loss(trainer.model, batch)
+    loss.backward()
+    assert torch.isfinite(loss) and any(p.grad is not None and p.grad.abs().sum() > 0
+                                        for p in trainer.model.parameters())
+
+
+def test_the_batch_is_filled_to_split_evenly_and_a_masked_rollout_hands_over_no_branch(tiny_model, tmp_path):
+    own = model_logprobs(tiny_model, SIDE_PROMPT, SIDE_COMPLETION)
+    records = [with_side_call(0, 1.0, own), scored(0, 1, 0.0)]
+    masked = records[0].model_copy(update={"reward": RewardOutcome(reward=None, per_function={"reward": None})})
+    assert not masked.trainable
+    output = rollout_output([masked, records[1]], MaskedRow(pad_id=0, eos_id=EOS), ["reward"])
+    assert output[BRANCH_ROWS_FIELD] == [[], []]
+
+    trainer = make_trainer(tiny_model, tmp_path, records, gradient_accumulation_steps=2)
+    assert trainer.args.steps_per_generation == 2
+    batch = generate(trainer, records)
+    assert len(batch["advantages"]) == 4  # 2 rollouts + 1 branch row + 1 empty row: splits in two
+    assert (batch["completion_mask"][3] == 0).all() and batch["advantages"][3] == 0
