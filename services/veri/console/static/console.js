@@ -223,6 +223,9 @@ function drawTimeline(box, line) {
   });
   const base = height - TL.axis + 4;
   el("line", {x1: TL.label, y1: base, x2: TL.w - 8, y2: base, class: "axis"}, svg);
+  if (t0 < 0) {  // bars sampled while an earlier step trained: mark where this step began
+    el("line", {x1: sx(0), y1: TL.top, x2: sx(0), y2: base, class: "axis tl-step-begin", "stroke-dasharray": "3 3"}, svg);
+  }
   for (const t of [t0, 0, line.wall_s].filter((v, i, all) => all.indexOf(v) === i)) {
     el("text", {x: sx(t), y: base + 14, class: "tick", "text-anchor": "middle"}, svg).textContent = `${+t.toFixed(1)}s`;
   }
