@@ -10,9 +10,12 @@ from tokenizers import Tokenizer
 
 from tests.core.spans import make_span
 from veri.core.episodes import RolloutStatus, Rule, Verdict, build_episode
+from veri.core.launch import LaunchResult
 from veri.core.records import Span, ToolCallFailure, ToolCallParseFailure
 from veri.core.rollouts import RewardOutcome, RolloutRecord
+from veri.rollouts.collect import CollectedRollout
 from veri.trainer.archive import JobArchive, step_metrics
+from veri.trainer.timeline.recorder import StepTimeline
 
 TIMINGS = {"rollout": 2.0, "reward": 0.5, "train": 1.0, "weight_sync": 0.25}
 
@@ -87,6 +90,29 @@ def step_records(tok: Tokens, step: int) -> list[RolloutRecord]:
     ]
 
 
+def write_timeline(archive: JobArchive, step: int, records: list[RolloutRecord]) -> dict[str, float]:
+    """The step's timeline line through the trainer's recorder, on a made-up clock: each rollout's sandbox
+    starts 0.2 s after the previous one, its calls (1 s each, on replica 0 or 1) 2 s apart, then scoring,
+    forward/backward, the optimizer and the sync. Returns the utilisation figures for the metrics line."""
+    base, now = 1000.0 + 100 * step, [0.0]
+    timeline = StepTimeline(archive.write_timeline, clock=lambda: base + now[0])
+    timeline.step_begin()
+    collected = []
+    for i, item in enumerate(records):
+        spans = [span.model_copy(update={"started_at": base + 1 + 0.5 * i + 2 * k, "duration_s": 1.0,
+                                         "replica": i % 2}) for k, span in enumerate(item.spans)]
+        launch = LaunchResult(rollout_id=item.rollout_id, status=item.status, started_at=base + 0.2 * i,
+                              duration_s=6.0)
+        collected.append(CollectedRollout(item.model_copy(update={"spans": spans}), launch))
+    timeline.collected(collected)
+    for at, then in ((8.0, lambda: timeline.rollouts(collected, scoring_s=1.0, dropped=set())),
+                     (10.0, timeline.before_optimizer), (10.5, timeline.after_optimizer),
+                     (11.5, lambda: timeline.timed("weight_sync", 1.0)), (12.0, lambda: None)):
+        now[0] = at
+        then()
+    return timeline.finish(step)
+
+
 def write_job(root: Path, name: str, model: Path, steps: int = 2) -> JobArchive:
     """An open archive with `steps` completed steps (close it, or use it as a context manager, to finish)."""
     tok = Tokens(model)
@@ -98,6 +124,7 @@ def write_job(root: Path, name: str, model: Path, steps: int = 2) -> JobArchive:
         for item in records:
             log = f"--- stdout (tail) ---\nstep {step} task {item.task_index}\n--- stderr (tail) ---\n"
             archive.write_rollout(step, item, harness_log=log)
-        archive.write_step_metrics(step, step_metrics(records, TIMINGS))
+        figures = write_timeline(archive, step, records)
+        archive.write_step_metrics(step, step_metrics(records, TIMINGS) | figures)
         archive.log(f"step {step}: reward mean {sum(r.reward.reward or 0 for r in records if r.reward) / 6:.2f}")
     return archive

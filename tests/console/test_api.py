@@ -49,6 +49,21 @@ def test_jobs_list_and_job_page(client: TestClient):
         ("0", "5", "1", "20.0%", "invalid_json 1"), ("1", "5", "1", "20.0%", "invalid_json 1")]
 
 
+def test_the_step_timeline_is_served_with_its_figures(client: TestClient):
+    latest = client.get("/api/jobs/demo/timeline").json()
+    assert latest["steps"] == [0, 1] and latest["timeline"]["step"] == 1
+    line = client.get("/api/jobs/demo/timeline?step=0").json()["timeline"]
+    assert line["step"] == 0 and len(line["rollouts"]) == 6 and line["wall_s"] == 12.0
+    # Replica 0 serves rollouts 0, 2, 4 (two 1 s calls each, 2 s apart, each rollout 1 s after the one
+    # before on that replica): calls at once count once, [1, 6] is covered and the rest is idle.
+    assert line["policy"]["0"] == {"busy": [[1.0, 6.0]], "idle": [[0.0, 1.0], [6.0, 12.0]]}
+    assert line["utilisation"] == {"policy_0": 0.4167, "policy_1": 0.3333, "trainer": round(2.5 / 12, 4)}
+    metrics = client.get("/api/jobs/demo/metrics").json()["metrics"]
+    assert metrics[0]["utilisation/policy_0"] == pytest.approx(5 / 12)
+    missing = client.get("/api/jobs/demo/timeline?step=7")
+    assert missing.status_code == 404 and "step 0" in missing.text
+
+
 def test_archive_facets_filters_sort_and_pages(client: TestClient):
     assert archive_ids(client, "status=failed") == [(0, 1, 1), (1, 1, 1)]
     assert archive_ids(client, "step=1&rule=history_rewritten") == []  # a rewritten history is a row of its own now

@@ -132,6 +132,29 @@ def test_a_download_is_jsonl_that_veri_debug_reads(live, browser):
     assert record["rollout_id"] == "r-1-0" and "in 2 row(s)" in explain(record)
 
 
+def test_the_step_timeline_draws_a_bar_per_rollout_the_trainer_the_sync_and_idle_gaps(live, browser):
+    _, console = live
+    browser.get(console.url + "/jobs/live")
+    bars = wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#plot-timeline g.timeline-rollout"),
+                    "the timeline's rollout bars")
+    assert len(bars) == 6  # the step's rollouts, one bar each
+    assert {bar.get_attribute("data-rollout-id") for bar in bars} == {f"r-{t}-{i}" for t in range(3) for i in range(2)}
+    model_calls = browser.find_elements(By.CSS_SELECTOR, "#plot-timeline g.timeline-rollout rect.tl-model")
+    assert len(model_calls) == 2 + 2 + 2 + 2 + 2  # every rollout's spans but the one with none
+    assert browser.find_elements(By.CSS_SELECTOR, "#plot-timeline g.timeline-trainer rect.tl-forward_backward")
+    assert browser.find_elements(By.CSS_SELECTOR, "#plot-timeline g.timeline-sync rect.tl-weight_sync")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#plot-timeline g.timeline-policy")) == 2
+    assert browser.find_elements(By.CSS_SELECTOR, "#plot-timeline g.timeline-policy rect.tl-idle")
+    assert "policy 0" in browser.find_element(By.ID, "timeline-figures").text
+    select = Select(browser.find_element(By.ID, "timeline-step"))
+    assert [o.text for o in select.options] == ["0", "1"] and select.first_selected_option.text == "1"
+    select.select_by_visible_text("0")
+    wait_for(lambda: Select(browser.find_element(By.ID, "timeline-step")).first_selected_option.text == "0"
+             and len(browser.find_elements(By.CSS_SELECTOR, "#plot-timeline g.timeline-rollout")) == 6,
+             "step 0's timeline")
+    screenshot(browser, "job-timeline")
+
+
 @pytest.fixture(scope="module")
 def quiet(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[RunningServer]:
     """Jobs with nothing for some plots: one finished whose steps made no tool call, one finished with no step,

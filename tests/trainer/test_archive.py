@@ -307,12 +307,15 @@ def test_resume_sets_the_partial_step_aside(tmp_path: Path):
         write_step(archive, 1)
         for item in batch()[:3]:  # step 2 stopped mid-way: rollouts, no metrics
             archive.write_rollout(2, item)
+        archive.write_timeline(2, {"wall_s": 2.0})  # stopped between its timeline and its metrics line
 
     with JobArchive(root, "job-1") as archive:
         assert archive.last_completed_step() == 1
         assert len(archive.rollouts(step=2)) == 3
         assert archive.discard_incomplete_steps() == [2]
         assert not archive.layout.step_dir(2).exists()
+        assert read_metrics(archive.layout.timeline) == []
+        assert [line["step"] for line in read_metrics(archive.layout.incomplete / "timeline.jsonl")] == [2]
         aside = archive.layout.incomplete / "step-2" / "task-0"
         assert sorted(p.name for p in aside.iterdir()) == ["rollout-0.json", "rollout-1.json", "rollout-2.json"]
         assert archive.rollouts(step=2) == [] and [s["step"] for s in archive.list_steps()] == [0, 1]
@@ -322,6 +325,8 @@ def test_resume_sets_the_partial_step_aside(tmp_path: Path):
             archive.write_rollout(1, record(0, 0, bridged_chain(), reward=1.0))
         with pytest.raises(ValueError, match="already complete"):
             archive.write_step_metrics(1, {"reward/mean": 1.0})
+        with pytest.raises(ValueError, match="already complete"):
+            archive.write_timeline(1, {"wall_s": 1.0})
         write_step(archive, 2)  # the resumed run re-samples step 2
         for item in batch()[:1]:  # and stops mid-way again
             archive.write_rollout(3, item)

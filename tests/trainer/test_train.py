@@ -36,6 +36,23 @@ def span_versions(job_dir: Path) -> dict[int, set[int]]:
     return versions
 
 
+def assert_timeline_matches_metrics(job_dir: Path, metrics: list[dict]) -> None:
+    """timeline.jsonl has a line per completed step: a bar per rollout with its model calls, the trainer's
+    forward/backward and optimizer, the sync, and figures in [0, 1] that are the metrics line's."""
+    timeline = {line["step"]: line for line in read_metrics(job_dir / "timeline.jsonl")}
+    assert sorted(timeline) == [line["step"] for line in metrics]
+    for line in metrics:
+        record = timeline[line["step"]]
+        assert len(record["rollouts"]) == line["rollouts"]
+        assert sum(s["kind"] == "model" for bar in record["rollouts"] for s in bar["segments"]) > 0
+        assert {p["kind"] for p in record["trainer"]} == {"forward_backward", "optimizer"}
+        assert [p["kind"] for p in record["sync"]] == ["weight_sync"]
+        for name, value in record["utilisation"].items():
+            assert 0.0 <= value <= 1.0 and line[f"utilisation/{name}"] == pytest.approx(value, abs=1e-3)
+        assert "policy_0" in record["utilisation"] and 0 < line["utilisation/trainer"] < 1
+        assert record["trainer_idle"] and record["policy"]["0"]["idle"]  # the gaps are there to see
+
+
 def test_train_steps_sync_weights_and_archive_every_rollout(stack, tiny_model, tmp_path):
     job = write_job(tmp_path / "job", tiny_model)
     result = veri_train(job, stack, tmp_path / "jobs")
@@ -48,6 +65,8 @@ def test_train_steps_sync_weights_and_archive_every_rollout(stack, tiny_model, t
         assert math.isfinite(line["train/loss"]) and line["train/grad_norm"] > 0
         assert line["rollouts"] == 4 and line["trainable"] == 3 and line["rule/harness_failed"] == 1
         assert line["time/weight_sync_s"] > 0 and line["policy_version/stale_spans"] == 0
+
+    assert_timeline_matches_metrics(job_dir, metrics)
 
     # Every span of step k was sampled by policy version k (0 = the model folder's weights).
     assert span_versions(job_dir) == {0: {0}, 1: {1}, 2: {2}}

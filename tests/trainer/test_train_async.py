@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.conftest import write_job, write_tasks
-from tests.trainer.test_train import veri_train
+from tests.trainer.test_train import assert_timeline_matches_metrics, veri_train
 from veri.core.episodes import Rule
 from veri.trainer.archive import ArchiveIndex, read_metrics
 
@@ -83,6 +83,12 @@ def test_rollouts_run_while_the_trainer_steps(stack, tiny_model, tmp_path):
         behind = [record for step, record in records if step == line["step"] and record.staleness == 1]
         assert 2 * line["staleness/groups_1"] == len(behind), (line, [(s, r.staleness) for s, r in records])
     assert all(line["rollouts"] == 4 for line in metrics)
+    # The timeline shows it: a rollout one version behind began before its step did (while the one
+    # before trained), so its bar starts at a negative time.
+    assert_timeline_matches_metrics(job_dir, metrics)
+    lag = {record.rollout_id: record.staleness for _, record in records}
+    bars = [bar for line in read_metrics(job_dir / "timeline.jsonl") for bar in line["rollouts"]]
+    assert all(bar["segments"][0]["at"][0] < 0 for bar in bars if lag[bar["rollout_id"]] == 1)
 
 
 def test_ctrl_c_stops_an_async_job_cleanly_and_resume_continues(stack, tiny_model, tmp_path):

@@ -35,6 +35,13 @@ def metrics(request: Request, job: str) -> dict[str, Any]:
             "metrics": console.metrics(job)}
 
 
+@router.get("/jobs/{job}/timeline")
+def timeline(request: Request, job: str, step: int | None = None) -> dict[str, Any]:
+    """`step`'s timeline line (`trainer.timeline.record`; default the latest) and the steps that have one."""
+    steps, line = service(request).timeline(job, step)
+    return {"steps": steps, "timeline": line}
+
+
 @router.get("/jobs/{job}/rollouts")
 def rollouts(request: Request, job: str) -> dict[str, Any]:
     page = ArchivePage.from_params(request.query_params)

@@ -71,6 +71,20 @@ class ConsoleService:
     def metrics(self, job: str) -> list[dict[str, Any]]:
         return read_metrics(self.layout(job).metrics)
 
+    def timeline(self, job: str, step: int | None = None) -> tuple[list[int], dict[str, Any] | None]:
+        """The steps with a timeline line (completed steps only: a stopped step's line is skipped), and the
+        line of `step` (None: the latest; None too when the job has none yet)."""
+        layout = self.layout(job)
+        completed = {line["step"] for line in read_metrics(layout.metrics)}
+        lines = {line["step"]: line for line in read_metrics(layout.timeline) if line["step"] in completed}
+        steps = sorted(lines)
+        if step is None:
+            return steps, lines[steps[-1]] if steps else None
+        if step not in lines:
+            raise NotFound(f"the timeline of step {step} in job {job!r}", [f"step {s}" for s in steps]
+                           [-SHOWN_EXISTING:], "a step's timeline is written with its metrics line")
+        return steps, lines[step]
+
     def recent_metrics(self, job: str, steps: int) -> list[dict[str, Any]]:
         """The last `steps` metrics lines, from the index ([] before the trainer has written one)."""
         if not self.layout(job).index.is_file():

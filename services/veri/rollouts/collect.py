@@ -72,19 +72,24 @@ class GroupCollector:
         self.settings = settings
         self.max_response_length = max_response_length
         self.decoder = decoder
+        self.running: set[str] = set()  # rollout ids with an open session (the step timeline reads their spans)
 
     async def collect(
         self, *, step: int, task_index: int, task: dict[str, Any], size: int, first_rollout_index: int = 0
     ) -> list[CollectedRollout]:
         indices = range(first_rollout_index, first_rollout_index + size)
         sessions = await self._open(step, task_index, list(indices))
+        ids = {s.rollout_id for s in sessions}
+        self.running |= ids
         try:
             launches = [self._launch(s, step, task_index, task, i) for s, i in zip(sessions, indices, strict=True)]
             parallel = min(size, self.settings.max_parallel)
             results = await self.runner.run_group(GroupLaunch(launches=launches, max_parallel=parallel))
         except BaseException:  # cancelled (Ctrl-C: the runner removed the sandboxes) or failed: that error wins
+            self.running -= ids
             await self._close(sessions, return_exceptions=True)
             raise
+        self.running -= ids
         await self._close(sessions)
         spans = await asyncio.gather(*(asyncio.to_thread(self._spans, s.rollout_id) for s in sessions))
         return [

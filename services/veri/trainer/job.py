@@ -36,6 +36,7 @@ from veri.trainer.grpo.setup import build_trainer, grpo_config_kwargs, seat_weig
 from veri.trainer.metrics import TrainerMetrics, observed, serve_trainer_metrics
 from veri.trainer.rollouts.producer import GroupSchedule
 from veri.trainer.rollouts.tasks import trl_dataset
+from veri.trainer.timeline.recorder import StepTimeline, TrainerPhases, running_calls
 from veri.trainer.ui.bars import TrainingBars, use_bars
 from veri.trainer.ui.progress import StepMetricsCallback, StepProgress
 from veri.trainer.weights.policy_admin import PolicyAdmin
@@ -100,12 +101,13 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
     control = ControlClient(options.proxy_url, token=options.control_token)
     bars = TrainingBars()
     watched_archive, display = observed(archive, bars, metrics)
-    progress, versions = StepProgress(watched_archive, display=display), PolicyVersions()
     collector = GroupCollector(
         control, _runner(options, folders), settings,
         max_response_length=config.max_response_length, decoder=tokenizer,
     )
-    callbacks: list[Any] = []
+    timeline = StepTimeline(archive.write_timeline, running=running_calls(collector, control))
+    progress, versions = StepProgress(watched_archive, display=display, timeline=timeline), PolicyVersions()
+    callbacks: list[Any] = [TrainerPhases(timeline)]
     if config.backend == Backend.HF:
         callbacks.append(HfWeightSync(PolicyAdmin(options.policy_urls[0]), folders.weights, versions,
                                       report=archive.log, timing=progress.timing))

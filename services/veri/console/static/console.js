@@ -185,6 +185,81 @@ function startPlots() {
   refresh();
 }
 
+// --- the step timeline: a row per rollout, the trainer, the sync, each policy replica --------------------
+const TL = {w: 900, label: 92, row: 14, gap: 4, top: 6, axis: 22};
+const TL_KINDS = ["sandbox_start", "model", "harness", "reward", "forward_backward", "optimizer", "weight_sync", "idle"];
+
+function drawTimeline(box, line) {
+  box.replaceChildren();
+  const rows = [
+    ...line.rollouts.map((bar) => ({label: `task ${bar.task} #${bar.rollout}${bar.dropped ? " (dropped)" : ""}`,
+                                    cls: "timeline-rollout" + (bar.dropped ? " tl-dropped" : ""), id: bar.rollout_id,
+                                    segments: bar.segments})),
+    {label: "trainer", cls: "timeline-trainer", segments: line.trainer,
+     idle: line.trainer_idle},
+    {label: "sync", cls: "timeline-sync", segments: line.sync},
+    ...Object.entries(line.policy).map(([replica, use]) => ({label: `policy ${replica}`, cls: "timeline-policy",
+      segments: use.busy.map((at) => ({kind: "busy", at})), idle: use.idle})),
+  ];
+  const times = rows.flatMap((r) => r.segments.flatMap((s) => s.at));
+  const t0 = Math.min(0, ...times), t1 = Math.max(line.wall_s, ...times, t0 + 1e-3);
+  const height = TL.top + rows.length * (TL.row + TL.gap) + TL.axis;
+  const svg = el("svg", {viewBox: `0 0 ${TL.w} ${height}`, class: "chart timeline", role: "img"}, box);
+  const pattern = el("pattern", {id: "tl-hatch", width: 6, height: 6, patternUnits: "userSpaceOnUse",
+                                 patternTransform: "rotate(45)"}, el("defs", {}, svg));
+  el("rect", {width: 6, height: 6, fill: "#f3f4f6"}, pattern);
+  el("line", {x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#d1d5db", "stroke-width": 3}, pattern);
+  const sx = (t) => TL.label + (t - t0) * (TL.w - TL.label - 8) / (t1 - t0);
+  const rect = (group, at, cls, y, title) => {
+    const node = el("rect", {x: sx(at[0]), y, width: Math.max(0.5, sx(at[1]) - sx(at[0])), height: TL.row, class: cls}, group);
+    el("title", {}, node).textContent = `${title} ${+at[0].toFixed(2)}s - ${+at[1].toFixed(2)}s (${+(at[1] - at[0]).toFixed(2)}s)`;
+  };
+  rows.forEach((row, i) => {
+    const y = TL.top + i * (TL.row + TL.gap);
+    const group = el("g", {class: row.cls, ...(row.id ? {"data-rollout-id": row.id} : {})}, svg);
+    el("text", {x: TL.label - 4, y: y + TL.row - 3, class: "tick", "text-anchor": "end"}, group).textContent = row.label;
+    for (const at of row.idle || []) rect(group, at, "tl-idle", y, "idle");
+    for (const s of row.segments) rect(group, s.at, `tl-${s.kind}`, y, s.replica === undefined ? s.kind : `${s.kind} (replica ${s.replica})`);
+  });
+  const base = height - TL.axis + 4;
+  el("line", {x1: TL.label, y1: base, x2: TL.w - 8, y2: base, class: "axis"}, svg);
+  if (t0 < 0) {  // bars sampled while an earlier step trained: mark where this step began
+    el("line", {x1: sx(0), y1: TL.top, x2: sx(0), y2: base, class: "axis tl-step-begin", "stroke-dasharray": "3 3"}, svg);
+  }
+  for (const t of [t0, 0, line.wall_s].filter((v, i, all) => all.indexOf(v) === i)) {
+    el("text", {x: sx(t), y: base + 14, class: "tick", "text-anchor": "middle"}, svg).textContent = `${+t.toFixed(1)}s`;
+  }
+  legend(box, TL_KINDS.map((k) => k.replace("_", " ")),
+         ["#9ca3af", "#2563eb", "#fcd34d", "#16a34a", "#7c3aed", "#db2777", "#0891b2", "#e5e7eb"]);
+}
+
+function startTimeline() {
+  const box = document.getElementById("plot-timeline");
+  if (!box) return;
+  const select = document.getElementById("timeline-step");
+  const figures = document.getElementById("timeline-figures");
+  let chosen = null;  // null: follow the latest step
+  const load = async () => {
+    const answer = await fetch(box.dataset.src + (chosen === null ? "" : `?step=${chosen}`));
+    if (!answer.ok) return;
+    const data = await answer.json();
+    const shown = data.timeline ? data.timeline.step : null;
+    select.replaceChildren(...data.steps.map((step) => new Option(step, step, false, step === shown)));
+    if (!data.timeline) {
+      box.textContent = document.getElementById("job-head").dataset.status === "running" ? "no completed step yet"
+        : "no step of this job has a timeline";
+      return;
+    }
+    drawTimeline(box, data.timeline);
+    figures.textContent = "utilisation: " + Object.entries(data.timeline.utilisation)
+      .map(([name, value]) => `${name.replace("_", " ")} ${(100 * value).toFixed(0)}%`).join(", ");
+  };
+  select.addEventListener("change", () => { chosen = Number(select.value); load(); });
+  load();
+  const again = () => { if (document.getElementById("job-head").dataset.status === "running") { if (chosen === null) load(); setTimeout(again, 5000); } };
+  setTimeout(again, 5000);
+}
+
 // --- the archive's facets -----------------------------------------------------------------------------
 function startFacets() {
   const section = document.getElementById("archive");
@@ -231,4 +306,4 @@ function startTokens() {
   }
 }
 
-document.addEventListener("DOMContentLoaded", () => { startLogs(); startPlots(); startFacets(); startTokens(); });
+document.addEventListener("DOMContentLoaded", () => { startLogs(); startPlots(); startTimeline(); startFacets(); startTokens(); });

@@ -5,13 +5,15 @@ crash-safe ways the archive writes and reads them.
         trajectories/step-<N>/task-<M>/rollout-<K>.json   one RolloutRecord (its JSON, as `veri debug` reads)
         trajectories/step-<N>/task-<M>/rollout-<K>.log    the harness's stdout/stderr tail, when given
         metrics.jsonl                                      one line per completed step: {"step", "time", ...}
+        timeline.jsonl                                     one line per step, written just before its metrics
+                                                           line: where its wall time went (`trainer.timeline`)
         job.json                                           the job's status (running / finished / failed /
                                                            stopped), start and end, model, max_steps, config
         logs/train.log                                     the trainer's log, one JSON line per message
         logs/libraries.log                                 what transformers, TRL, ... print (`veri train`)
         index.sqlite                                       the console's index (rebuildable from the files)
         tensorboard/                                       TensorBoard event files (when tensorboard is installed)
-        incomplete/step-<N>[~i]/ , incomplete/metrics.jsonl  steps set aside on resume (never deleted)
+        incomplete/step-<N>[~i]/ , incomplete/*.jsonl         steps set aside on resume (never deleted)
         checkpoints/checkpoint-<N>/                        TRL's output_dir: what a resume starts from
         weights/step-<N>/                                  the weights the policy servers load (a sync's folder)
         outputs/<rollout_id>/                              in-process sandboxes' VERI_OUTPUT_DIR (the launcher
@@ -54,6 +56,10 @@ class ArchiveLayout:
     @property
     def metrics(self) -> Path:
         return self.dir / "metrics.jsonl"
+
+    @property
+    def timeline(self) -> Path:
+        return self.dir / "timeline.jsonl"
 
     @property
     def space_reserve(self) -> Path:

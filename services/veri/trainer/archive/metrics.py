@@ -28,6 +28,11 @@
                                                     calls it served, cached / prompt tokens (when reported)
     time/<name>_s                                   each timing given (rollout, reward, train, weight_sync)
     time/step_s                                     timings["step"] when given, else the sum of the others
+
+Added by `ui.progress` from the step's timeline (`trainer.timeline`), not by `step_metrics`:
+    utilisation/policy_<i>                          the fraction of the step's wall time replica i had a
+                                                    request in flight (calls at once counted once)
+    utilisation/trainer                             the fraction spent in forward/backward and the optimizer
 """
 
 from __future__ import annotations

@@ -118,6 +118,13 @@ class JobArchive:
             self._index.upsert_step(step, line)
             self._sinks.write(step, {key: value for key, value in clean.items() if value is not None})
 
+    def write_timeline(self, step: int, timeline: dict[str, Any]) -> None:
+        """Append `step`'s timeline line (`trainer.timeline.record`); written before its metrics line, so a
+        line whose step has no metrics line is a stopped step's (readers skip it, a resume sets it aside)."""
+        with self._mutex:
+            self._check_open_step(step, "write the timeline of")
+            append_line(self.layout.timeline, json.dumps({**timeline, "step": step}, allow_nan=False))
+
     def start_job(self, *, model: str, max_steps: int, config: dict[str, Any]) -> None:
         """Say in job.json that training runs; the `with` block's end writes the outcome (`archive.status`)."""
         write_job_start(self.layout, model=model, max_steps=max_steps, config=config)
@@ -143,15 +150,8 @@ class JobArchive:
             keep = -1 if completed is None else completed
             if after is not None:
                 keep = min(keep, after)
-            discarded: set[int] = set()
-            lines = read_metrics(self.layout.metrics)
-            dropped = [line for line in lines if line["step"] > keep]
-            if dropped:
-                for line in dropped:
-                    append_line(self.layout.incomplete / "metrics.jsonl", json.dumps(line))
-                kept = "".join(json.dumps(line) + "\n" for line in lines if line["step"] <= keep)
-                atomic_write(self.layout.metrics, kept.encode("utf-8"))
-                discarded |= {line["step"] for line in dropped}
+            discarded = _set_aside_lines(self.layout.metrics, self.layout.incomplete, keep)
+            _set_aside_lines(self.layout.timeline, self.layout.incomplete, keep)
             for step in self.layout.steps_on_disk():
                 if step > keep:
                     self.layout.incomplete.mkdir(exist_ok=True)
@@ -272,6 +272,19 @@ class JobArchive:
         if self._reader is None:
             self._reader = ArchiveIndex(self.dir)
         return self._reader
+
+
+def _set_aside_lines(path: Path, incomplete: Path, keep: int) -> set[int]:
+    """Move the lines of a per-step JSONL file (metrics, timeline) for steps after `keep` into
+    incomplete/<its name>; returns their steps."""
+    lines = read_metrics(path)
+    dropped = [line for line in lines if line["step"] > keep]
+    if dropped:
+        for line in dropped:
+            append_line(incomplete / path.name, json.dumps(line))
+        kept = "".join(json.dumps(line) + "\n" for line in lines if line["step"] <= keep)
+        atomic_write(path, kept.encode("utf-8"))
+    return {line["step"] for line in dropped}
 
 
 def _finite(value: Any) -> float | int | None:

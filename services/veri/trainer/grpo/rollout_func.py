@@ -123,6 +123,8 @@ class HarnessRollouts:
         extra |= {f"reward_log/{name}": sum(values) / len(values) for name, values in logged.items() if values}
         extra |= self._version_check(step, records)
         timings = {"rollout": rolled - started, "reward": scored - rolled}
+        self.progress.rollouts_timed([dataclasses.replace(c, record=r) for c, r in zip(collected, records, strict=True)]
+                                     + dropped, {r.record.rollout_id for r in dropped}, scored - rolled)
         self.progress.begin(step, records, timings, extra)
         if self.after_rollouts is not None:
             self.after_rollouts(step)
@@ -169,7 +171,7 @@ class HarnessRollouts:
         step = self.step
         collected = await self.collector.collect(step=step, task_index=task_index, task=self.tasks[task_index],
                                                  size=self.group_size, first_rollout_index=0)
-        self.progress.rollouts_done(len(collected))
+        self.progress.collected(collected)
         return collected
 
     def _mark_stale(
@@ -193,7 +195,7 @@ class HarnessRollouts:
                     step=step, task_index=group.task_index, task=self.tasks[group.task_index], size=group.size,
                     first_rollout_index=group.first_rollout_index,
                 )
-            self.progress.rollouts_done(len(collected))
+            self.progress.collected(collected)
             return collected
 
         per_group = await gather_to_the_end([one(group) for group in groups])

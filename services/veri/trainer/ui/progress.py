@@ -19,7 +19,9 @@ from typing import Any, Protocol
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from veri.core.rollouts import RolloutRecord
+from veri.rollouts.collect import CollectedRollout
 from veri.trainer.archive.metrics import step_metrics
+from veri.trainer.timeline.recorder import StepTimeline
 
 TRL_PREFIX = "train/"
 
@@ -66,9 +68,11 @@ class PlainDisplay:
 class StepProgress:
     """What the rollout function, the weight sync and TRL's logs know about the current step."""
 
-    def __init__(self, archive: MetricsArchive, display: ProgressDisplay | None = None) -> None:
+    def __init__(self, archive: MetricsArchive, display: ProgressDisplay | None = None,
+                 timeline: StepTimeline | None = None) -> None:
         self.archive = archive
         self.display = display or PlainDisplay()
+        self.timeline = timeline  # the step's timeline line and utilisation figures (`trainer.timeline`)
         self.current: StepRecord | None = None
         self.upcoming: dict[str, float] = {}  # timings taken before the step's rollouts (a vLLM weight sync)
 
@@ -77,6 +81,17 @@ class StepProgress:
 
     def rollouts_done(self, count: int) -> None:
         self.display.rollouts_done(count)
+
+    def collected(self, rollouts: list[CollectedRollout]) -> None:
+        """A group finished (any thread): counted on the bars, its model calls kept for the timeline."""
+        self.display.rollouts_done(len(rollouts))
+        if self.timeline is not None:
+            self.timeline.collected(rollouts)
+
+    def rollouts_timed(self, rollouts: list[CollectedRollout], dropped: set[str], scoring_s: float) -> None:
+        """The step's rollouts, scored just now: the timeline's bars."""
+        if self.timeline is not None:
+            self.timeline.rollouts(rollouts, scoring_s=scoring_s, dropped=dropped)
 
     def begin(self, step: int, records: list[RolloutRecord], timings: dict[str, float],
               extra: dict[str, float | int]) -> None:
@@ -90,6 +105,8 @@ class StepProgress:
             self.current.timings[name] = seconds
         else:
             self.upcoming[name] = seconds
+        if self.timeline is not None:
+            self.timeline.timed(name, seconds)
 
     def trained(self) -> None:
         """Called after the weight sync's on_step_end (the sync's own time is not training)."""
@@ -110,6 +127,8 @@ class StepProgress:
         self.current = None
         metrics = {**step_metrics(step.records, step.timings), **step.extra}
         metrics |= {TRL_PREFIX + key: value for key, value in step.trl_logs.items()}
+        if self.timeline is not None:  # its line goes first: the metrics line stays the step's commit point
+            metrics |= self.timeline.finish(step.step)
         self.archive.write_step_metrics(step.step, metrics)
         summary = f"step {step.step}: {metrics['trainable']}/{metrics['rollouts']} rollouts trainable"
         if "reward/mean" in metrics:
