@@ -5,6 +5,7 @@ crash-safe ways the archive writes and reads them.
         trajectories/step-<N>/task-<M>/rollout-<K>.json   one RolloutRecord (its JSON, as `veri debug` reads)
         trajectories/step-<N>/task-<M>/rollout-<K>.log    the harness's stdout/stderr tail, when given
         metrics.jsonl                                      one line per completed step: {"step", "time", ...}
+        eval.json                                          an eval archive's results (`veri eval`; evals/run.py)
         job.json                                           the job's status (running / finished / failed /
                                                            stopped), start and end, model, max_steps, config
         logs/train.log                                     the trainer's log, one JSON line per message
@@ -81,6 +82,11 @@ class ArchiveLayout:
     def job_file(self) -> Path:
         """job.json: what the trainer says about the job as a whole (`writer.JobArchive.start_job`)."""
         return self.dir / "job.json"
+
+    @property
+    def eval_file(self) -> Path:
+        """eval.json: what an eval archive (`veri eval`) evaluated and its figures; a training job has none."""
+        return self.dir / "eval.json"
 
     @property
     def writer_lock(self) -> Path:
