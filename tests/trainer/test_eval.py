@@ -96,6 +96,8 @@ def test_eval_refuses_bad_input_with_the_fix(stack, tiny_model, tmp_path):
     (jobs / "trained" / "checkpoints" / "checkpoint-2").mkdir(parents=True)
     (jobs / "trained" / "job.json").write_text("{}")
 
+    typo = veri_eval(job, stack, jobs, "--compare", "ev-typo", "base")
+    assert typo.returncode == 1 and "not an eval archive" in typo.stderr
     unknown_job = veri_eval(job, stack, jobs, "--job", "nope")
     assert unknown_job.returncode == 1 and "no job 'nope'" in unknown_job.stderr and "trained" in unknown_job.stderr
     unknown_step = veri_eval(job, stack, jobs, "--job", "trained", "--step", "7")

@@ -99,12 +99,17 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _side(args: argparse.Namespace, given: str) -> dict[str, Any]:
     """An eval archive's summary, or a checkpoint's, evaluated now."""
+    from veri.evals.checkpoints import STEP
+    from veri.evals.errors import EvalError
     from veri.evals.run import is_eval_archive, read_eval
 
     for folder in (Path(given), args.output / given):
         if is_eval_archive(folder):
             return read_eval(folder)
     model = Path(given) if (Path(given) / "config.json").is_file() else None
+    if model is None and given not in ("base", "final") and not STEP.match(given):
+        raise EvalError(f"--compare {given}: not an eval archive (no eval.json in {given} or {args.output / given}),"
+                        " a model folder, nor a checkpoint (K, final or base, with --job)")
     summary = _run_one(args, model=model, job=None if model else args.job, step=None if model else given, name=None)
     if not args.json:
         _print(args, summary)
