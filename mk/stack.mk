@@ -29,6 +29,12 @@ doctor: venv
 train: images venv
 	@COMPOSE="$(COMPOSE)" CONFIG="$(CONFIG)" RESUME="$(RESUME)" NAME="$(NAME)" scripts/stack/train.sh
 
+.PHONY: eval
+# make eval CONFIG=config/url_extract_cpu.yaml ARGS="--job url_extract_cpu --step final --tasks 0:32 -n 4":
+# `veri eval` through the stack (docs/evaluating.md); the archive lands beside the jobs
+eval: images venv
+	@COMPOSE="$(COMPOSE)" CONFIG="$(CONFIG)" ARGS="$(ARGS)" scripts/stack/eval.sh
+
 .PHONY: compose-v2 test-compose-v2
 # Docker Compose v2 (what Docker CE ships) for a host that has only bookworm's v1: make test runs the
 # stack tests again with it (DOCKER_CONFIG points `docker compose` at the plugin). A mirror without

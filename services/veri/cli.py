@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from veri.appliance import cli as appliance_cli
 from veri.console import cli as console_cli
 from veri.egress import cli as egress_cli
+from veri.evals import cli as evals_cli
 from veri.harness import cli as harness_cli
 from veri.launcher import cli as launcher_cli
 from veri.models import cli as models_cli
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     proxy_cli.register_session(commands)
     replay_cli.register(commands)
     trainer_cli.register(commands)
+    evals_cli.register(commands)
     appliance_cli.register(commands)
     webfixture_cli.register(commands)
     _describe(parser)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -66,6 +67,27 @@ class JobFolders:
         """Every job, the latest started first."""
         found = [summarize(name, job_layout(self.jobs_dir, name)) for name in self.names()]
         return sorted(found, key=lambda job: (job.started_at or 0.0, job.name), reverse=True)
+
+
+    def evals_of(self, name: str) -> list[dict[str, Any]]:
+        """The evals (`veri eval`) of job `name`, beside it under <state>/jobs: each eval.json's headline,
+        the latest first; for an eval archive itself, its own."""
+        found = []
+        for other in self.names():
+            info = _eval_file(job_layout(self.jobs_dir, other))
+            if info and (info.get("job") == name or other == name):
+                found.append({key: info.get(key) for key in ("name", "checkpoint", "job", "reward_mean",
+                                                             "reward_ci", "pass_at_k", "samples_per_task", "k")}
+                             | {"name": other, "tasks": len(info.get("tasks") or [])})
+        return sorted(found, key=lambda e: e["name"], reverse=True)
+
+
+def _eval_file(layout: ArchiveLayout) -> dict[str, Any] | None:
+    try:
+        loaded = json.loads(layout.eval_file.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
 
 
 def summarize(name: str, layout: ArchiveLayout) -> JobSummary:

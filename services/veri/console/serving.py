@@ -68,6 +68,11 @@ class ConsoleService:
         layout = self.layout(job)
         return summarize(job, layout), read_job_file(layout)
 
+    def evals(self, job: str) -> list[dict[str, Any]]:
+        """The job's evals (`veri eval` archives beside it that name it)."""
+        self.layout(job)
+        return self.folders.evals_of(job)
+
     def metrics(self, job: str) -> list[dict[str, Any]]:
         return read_metrics(self.layout(job).metrics)
 

@@ -7,6 +7,7 @@ crash-safe ways the archive writes and reads them.
         metrics.jsonl                                      one line per completed step: {"step", "time", ...}
         timeline.jsonl                                     one line per step, written just before its metrics
                                                            line: where its wall time went (`trainer.timeline`)
+        eval.json                                          an eval archive's results (`veri eval`; evals/run.py)
         job.json                                           the job's status (running / finished / failed /
                                                            stopped), start and end, model, max_steps, config
         logs/train.log                                     the trainer's log, one JSON line per message
@@ -87,6 +88,11 @@ class ArchiveLayout:
     def job_file(self) -> Path:
         """job.json: what the trainer says about the job as a whole (`writer.JobArchive.start_job`)."""
         return self.dir / "job.json"
+
+    @property
+    def eval_file(self) -> Path:
+        """eval.json: what an eval archive (`veri eval`) evaluated and its figures; a training job has none."""
+        return self.dir / "eval.json"
 
     @property
     def writer_lock(self) -> Path:

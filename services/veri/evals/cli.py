@@ -1,0 +1,150 @@
+"""`veri eval CONFIG` — a checkpoint's held-out results through the job's own harness, sandboxes, proxy,
+policy server and reward functions, with no training; `veri eval CONFIG --compare A B` — two side by side."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from veri.core import envs
+
+DEFAULT_PROXY_URL = "http://127.0.0.1:8000"
+DEFAULT_POLICY_URL = "http://127.0.0.1:8001"
+DEFAULT_LAUNCHER_URL = "http://127.0.0.1:8002"
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    run = commands.add_parser("eval", help="score a checkpoint on held-out tasks through the job's harness,"
+                                           " no training; --compare A B: two side by side")
+    run.add_argument("config", type=Path, help="the job file (.yaml or .toml): harness, dataset, sampling, rewards")
+    which = run.add_argument_group("weights (default: the config's model)")
+    which.add_argument("--model", type=Path, default=None, metavar="DIR", help="a transformers model folder")
+    which.add_argument("--job", default=None, help="a training job (its folder under --output)")
+    which.add_argument("--step", default=None, metavar="K|final|base",
+                       help="with --job: checkpoint-K, the final model (default) or the config's base model")
+    tasks = run.add_argument_group("tasks (default: every row of the job's dataset)")
+    tasks.add_argument("--tasks", default=None, metavar="A:B", help="the job dataset's rows A..B-1 (Python's slice)")
+    tasks.add_argument("--split", type=Path, default=None, metavar="FILE", help="a JSONL file of tasks instead")
+    tasks.add_argument("--held-out", action="store_true",
+                       help="with --job: leave out the tasks the job trained on (its archive's task indexes)")
+    run.add_argument("-n", "--samples", type=int, default=4, metavar="N", help="samples per task (default 4)")
+    run.add_argument("-k", type=int, default=None, metavar="K", help="pass@k's k (default: N)")
+    run.add_argument("--temperature", type=float, default=None,
+                     help="the sampling temperature, 0 allowed (default: the job's); the proxy must sample at it")
+    run.add_argument("--pass-threshold", type=float, default=1.0, metavar="T",
+                     help="a sample passes a reward function at a value >= T (default 1.0)")
+    run.add_argument("--compare", nargs=2, default=None, metavar=("A", "B"),
+                     help="two eval archives (folders, or names under --output) or checkpoints (K, final, base with"
+                          " --job; a model folder): each checkpoint is evaluated first; a paired test over the"
+                          " tasks both scored")
+    run.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    run.add_argument("--name", default=None, help="the eval archive's folder under --output"
+                                                   " (default: <job>.eval-<checkpoint>-<time>)")
+    run.add_argument("--output", type=Path, default=Path("build/jobs"), help="where job and eval folders live")
+    run.add_argument("--proxy-url", default=os.environ.get(envs.VERI_PROXY_URL, DEFAULT_PROXY_URL),
+                     help=f"the capture proxy (default ${envs.VERI_PROXY_URL} or {DEFAULT_PROXY_URL})")
+    run.add_argument("--policy-url", default=os.environ.get(envs.VERI_POLICY_URL, DEFAULT_POLICY_URL),
+                     help=f"the policy server(s), comma-separated (default ${envs.VERI_POLICY_URL} or"
+                          f" {DEFAULT_POLICY_URL}); it serves the evaluated weights afterwards")
+    run.add_argument("--control-token", default=os.environ.get(envs.VERI_CONTROL_TOKEN),
+                     help=f"the proxy's control token (default ${envs.VERI_CONTROL_TOKEN})")
+    run.add_argument("--sandbox", choices=["docker", "launcher", "local"], default="docker",
+                     help="docker: gVisor sandboxes from this process; launcher: the launcher service;"
+                          " local: plain subprocesses, for development only")
+    run.add_argument("--image", default=None, help="docker, launcher: the harness bundle's image")
+    run.add_argument("--launcher-url", default=os.environ.get(envs.VERI_LAUNCHER_URL, DEFAULT_LAUNCHER_URL),
+                     help=f"the launcher service (default ${envs.VERI_LAUNCHER_URL} or {DEFAULT_LAUNCHER_URL})")
+    run.add_argument("--base-dir", type=Path, default=None,
+                     help="where the config's relative paths start (default: the current directory)")
+    run.set_defaults(func=_eval)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from veri.core.problems import ProblemsError
+    from veri.evals.errors import EvalError
+    from veri.trainer.errors import TRAIN_FAILURES
+
+    try:
+        if args.compare:
+            return _compare(args)
+        summary = _run_one(args, model=args.model, job=args.job, step=args.step, name=args.name)
+        _print(args, summary)
+        return 0
+    except (EvalError, ProblemsError, *TRAIN_FAILURES) as error:
+        print(f"veri eval: {error}", file=sys.stderr)
+        return 1
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from veri.evals.errors import EvalError
+    from veri.evals.report import compare_text
+    from veri.evals.summary import compare
+
+    if args.model is not None or args.step is not None or args.name is not None:
+        raise EvalError("--compare A B names both sides: leave out --model, --step and --name")
+    sides = [_side(args, given) for given in args.compare]
+    try:
+        result = compare(*sides)
+    except ValueError as error:
+        raise EvalError(f"--compare: {error}") from error
+    result |= {"a_summary": _headline(sides[0]), "b_summary": _headline(sides[1])}
+    print(json.dumps(result, indent=1) if args.json else compare_text(result))
+    return 0
+
+
+def _side(args: argparse.Namespace, given: str) -> dict[str, Any]:
+    """An eval archive's summary, or a checkpoint's, evaluated now."""
+    from veri.evals.checkpoints import STEP
+    from veri.evals.errors import EvalError
+    from veri.evals.run import is_eval_archive, read_eval
+
+    for folder in (Path(given), args.output / given):
+        if is_eval_archive(folder):
+            return read_eval(folder)
+    model = Path(given) if (Path(given) / "config.json").is_file() else None
+    if model is None and given not in ("base", "final") and not STEP.match(given):
+        raise EvalError(f"--compare {given}: not an eval archive (no eval.json in {given} or {args.output / given}),"
+                        " a model folder, nor a checkpoint (K, final or base, with --job)")
+    summary = _run_one(args, model=model, job=None if model else args.job, step=None if model else given, name=None)
+    if not args.json:
+        _print(args, summary)
+    return summary
+
+
+def _run_one(args: argparse.Namespace, *, model: Path | None, job: str | None, step: str | None,
+             name: str | None) -> dict[str, Any]:
+    from veri.core.validation import load_config
+    from veri.evals.checkpoints import resolve_checkpoint
+    from veri.evals.errors import EvalError
+    from veri.evals.run import EvalOptions, run_eval
+    from veri.trainer.checks import TRAINER_CHECKS
+    from veri.trainer.job import TrainOptions
+
+    config = load_config(args.config, base_dir=args.base_dir, trainer_checks=TRAINER_CHECKS)
+    checkpoint = resolve_checkpoint(config, model=model, job=job, step=step, jobs_root=args.output)
+    name = name or f"{checkpoint.job or args.config.stem}.eval-{checkpoint.label}-{time.strftime('%Y%m%d-%H%M%S')}"
+    train = TrainOptions(proxy_url=args.proxy_url, policy_urls=[u for u in args.policy_url.split(",") if u],
+                         output_root=args.output, job_name=name, sandbox=args.sandbox, image=args.image,
+                         launcher_url=args.launcher_url, control_token=args.control_token)
+    if args.held_out and not args.job:
+        raise EvalError("--held-out needs --job JOB: the training job whose tasks to leave out")
+    options = EvalOptions(train=train, samples=args.samples, temperature=args.temperature, tasks=args.tasks,
+                          split=args.split, k=args.k, pass_threshold=args.pass_threshold,
+                          held_out_of=args.output.resolve() / args.job if args.held_out else None)
+    return run_eval(config, checkpoint, options)
+
+
+def _print(args: argparse.Namespace, summary: dict[str, Any]) -> None:
+    from veri.evals.report import eval_text
+
+    print(json.dumps(summary, indent=1) if args.json else eval_text(summary), flush=True)
+
+
+def _headline(summary: dict[str, Any]) -> dict[str, Any]:
+    keys = ("name", "archive", "job", "checkpoint", "reward_mean", "reward_ci", "pass_at_k")
+    return {key: summary.get(key) for key in keys}
