@@ -171,6 +171,13 @@ def test_vllm_with_top_p_below_one_notes_the_logprob_offset(job_dir: Path):
     assert not [n for n in plain.notes if "top_p" in n]
 
 
+@pytest.mark.parametrize(("loss", "noted"), [("grpo", True), ("luspo", True), ("dapo", False), ("bnpo", False)])
+def test_a_per_row_loss_type_notes_that_branching_rollouts_weigh_more(job_dir: Path, loss: str, noted: bool):
+    report = check_config(write_job(job_dir, job(grpo={"loss_type": loss})), base_dir=job_dir)
+    assert report.problems == []
+    assert bool([n for n in report.notes if "averages each row's tokens first" in n]) == noted
+
+
 def test_max_staleness_refuses_what_breaks_the_off_policy_correction(job_dir: Path):
     ok = check_config(write_job(job_dir, job(max_staleness=1)), base_dir=job_dir)
     assert ok.problems == []

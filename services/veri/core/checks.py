@@ -167,6 +167,21 @@ def _staleness(config: JobConfig, context: CheckContext) -> list[Problem]:
     return problems
 
 
+# TRL loss types that average each row's tokens before the batch mean: a rollout with several rows
+# (sub-agents, side calls: docs/branches.md) then weighs more than one with a single row.
+_PER_ROW_LOSSES = ("grpo", "sapo", "luspo")
+
+
+def _loss_type(config: JobConfig, context: CheckContext) -> list[Problem]:
+    loss = config.grpo.get("loss_type")
+    if loss in _PER_ROW_LOSSES:
+        context.notes.append(
+            f"grpo.loss_type {loss} averages each row's tokens first: a rollout whose harness branches (sub-agents,"
+            " side calls, compaction) is trained as several rows and weighs more than one with a single row;"
+            " dapo (veri's default) weighs every sampled token the same")
+    return []
+
+
 def _gpu_pins(config: JobConfig, context: CheckContext) -> list[Problem]:
     """The vLLM stack's pins agree with each other (TRL's vLLM window, vLLM's torch/transformers): the
     host venv has no vLLM, so this reads the requirements recorded next to the pins (core/gpu_pins.py)."""
@@ -285,6 +300,7 @@ CHECKS: list[tuple[tuple[str, ...], Check]] = [
     (("sampling", "max_response_length"), _per_call_tokens),
     (("model", "max_model_len", "max_response_length"), _context_length),
     (("grpo",), _grpo),
+    (("grpo",), _loss_type),
     (("backend", "model", "vllm_tensor_parallel_size", "vllm_data_parallel_size", "vllm_gpu_memory_utilization",
       "weight_sync", "device", "vllm_sleep_mode", "max_model_len", "max_response_length", "lora_rank", "kl_coef",
       "grpo"), _layout),
