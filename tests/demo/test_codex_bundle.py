@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.demo.conftest import BUNDLES, answer_rule, fetch_rule, run_bundle, tool_call
+from tests.demo.conftest import BUNDLES, answer_rule, fetch_rule, proxy_with_max_tokens, run_bundle, tool_call
 from tests.demo.test_bundles import load_agent
-from tests.proxy.conftest import assert_bridged_chain, proxy_args
+from tests.proxy.conftest import assert_bridged_chain
 from tests.servers import RunningServer, start_server
 from veri.core.harness import load_manifest
 from veri.core.records import SessionInfo
@@ -35,12 +35,6 @@ def codex_policy(tiny_model: Path, codex_task: dict, tmp_path_factory) -> Iterat
     script.write_text(json.dumps(rules))
     with start_server(["serve", "policy", "--model", str(tiny_model), "--scripted-replies", str(script)]) as policy:
         yield policy
-
-
-def proxy_with_max_tokens(policy: RunningServer, model: Path, store: Path, max_tokens: int):
-    args = proxy_args(policy.url, model, store)
-    args[args.index("--max-tokens") + 1] = str(max_tokens)
-    return start_server(args)
 
 
 @pytest.fixture(scope="module")
