@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from veri.core.records import HostedTools
 from veri.proxy.anthropic.converter import to_chat_turn
 from veri.proxy.anthropic.protocol import MessagesRequest
-from veri.core.records import HostedTools
 from veri.proxy.errors import HostedToolsRefused, InvalidRequest, UnsupportedContent
 from veri.proxy.history import first_difference, prefix_hashes
 

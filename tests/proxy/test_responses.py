@@ -178,7 +178,8 @@ def test_unknown_previous_response_id_is_refused(session, control):
 
 
 HOSTED_TOOLS = [{"type": "web_search"}, {"type": "file_search", "vector_store_ids": ["vs_1"]},
-                {"type": "computer_use_preview", "display_width": 1024, "display_height": 768, "environment": "browser"}]
+                {"type": "computer_use_preview", "display_width": 1024, "display_height": 768,
+                 "environment": "browser"}]
 
 
 @pytest.fixture(scope="module")
