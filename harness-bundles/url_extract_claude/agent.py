@@ -11,8 +11,9 @@ mode every other tool call is denied, not asked about. Claude Code runs in a fre
 no project files or CLAUDE.md end up in its context.
 
 Exit status: 0 when Claude Code finished, whether the answer is right, wrong or missing (also when
-it used up its turns: judging that is the reward's job). 1 on a real error: Claude Code failing to
-start, crashing, or ending on an API error (the proxy refused or failed a request).
+it used up its turns, or stopped on a reply the job's max_tokens cut short: judging that is the
+reward's job). 1 on a real error: Claude Code failing to start, crashing, or ending on an API error
+(the proxy refused or failed a request).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ INSTRUCTIONS = (
 )
 ALLOWED_TOOLS = "Bash(curl:*)"
 ANSWER = re.compile(r"ANSWER:\s*(\S+)")
+# Claude Code's api_error once a reply stopped at max_tokens (stop_reason "max_tokens") and its own
+# requests to go on were cut too: the policy's doing, not the API's.
+CUT_SHORT = "max_output_tokens"
 
 
 def parse_answer(text: str | None) -> str | None:
@@ -48,6 +52,16 @@ def task_prompt(task_input: str) -> str:
     if not isinstance(task, str) or not task.strip():
         raise ValueError("VERI_TASK_INPUT must be a JSON string or a list of chat messages with a user turn")
     return task
+
+
+def ending(result: dict) -> str:
+    """How Claude Code's run ended: "finished", "out_of_turns", "cut_short" (all for the reward to
+    judge) or "failed" (a real error)."""
+    if result.get("subtype") == "error_max_turns" or result.get("terminal_reason") == "max_turns":
+        return "out_of_turns"
+    if result.get("api_error") == CUT_SHORT:
+        return "cut_short"
+    return "failed" if result.get("is_error") else "finished"
 
 
 def main() -> int:
@@ -79,16 +93,20 @@ def main() -> int:
         return 1
     (output_dir / "claude-result.json").write_text(json.dumps(result, indent=2) + "\n")
 
-    out_of_turns = result.get("subtype") == "error_max_turns" or result.get("terminal_reason") == "max_turns"
-    if result.get("is_error") and not out_of_turns:
+    how = ending(result)
+    if how == "failed":
         print(f"agent: Claude Code failed ({result.get('terminal_reason') or result.get('subtype')}): "
               f"{result.get('result')}", file=sys.stderr)
         return 1
 
-    final = result.get("result")
+    # Cut short, `result` is Claude Code's error text, not a reply: a finished rollout without an answer
+    # (Claude Code ends so against Anthropic too), so a policy that rambles past max_tokens is scored, not masked.
+    final = None if how == "cut_short" else result.get("result")
     answer = parse_answer(final)
-    if out_of_turns:
+    if how == "out_of_turns":
         print(f"agent: Claude Code used up its {max_turns} turns", file=sys.stderr)
+    if how == "cut_short":
+        print(f"agent: Claude Code stopped on a reply cut at max_tokens ({result.get('result')})", file=sys.stderr)
     if final:
         print(final)
     if answer is None:

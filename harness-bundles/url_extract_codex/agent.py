@@ -4,8 +4,9 @@ and answers `ANSWER: <url>`; this wrapper writes Codex's config, runs it, and sa
 Codex runs unmodified. Its config (a fresh CODEX_HOME under $HOME, never the user's ~/.codex) makes
 the rollout's OpenAI endpoint a custom provider: `[model_providers.veri]` with base_url =
 OPENAI_BASE_URL, env_key = "OPENAI_API_KEY" and wire_api = "responses", the model VERI_POLICY_MODEL.
-Hosted web search is off (the policy cannot run it; the proxy refuses hosted tools), and Codex's own
-sandbox is off: the rollout's gVisor sandbox is the isolation, and bubblewrap does not run inside it.
+Hosted web search is off (the policy cannot run it; the proxy would drop it from every prompt), and
+Codex's own sandbox is off: the rollout's gVisor sandbox is the isolation, and bubblewrap does not run
+inside it.
 
 From the rollout's environment it also reads VERI_TASK_INPUT (the task prompt, JSON) and
 VERI_OUTPUT_DIR, where it writes answer.txt (the URL, or empty when there is no answer),

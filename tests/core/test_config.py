@@ -233,3 +233,13 @@ def test_top_level_grpo_knobs_are_named_without_the_trainer(job_dir: Path):
     found = problems_by_place(check_config(write_job(job_dir, job(num_generations=8, use_vllm=True)), base_dir=job_dir))
     assert "use `rollouts_per_prompt`" in found["num_generations"]
     assert "set by `backend:`" in found["use_vllm"]
+
+
+def test_hosted_tools_is_drop_or_refuse_and_reaches_the_proxy(job_dir: Path):
+    from veri.appliance.stack_env import stack_env
+
+    found = problems_by_place(check_config(write_job(job_dir, job(hosted_tools="ignore")), base_dir=job_dir))
+    assert "'drop' or 'refuse'" in found["hosted_tools"], found
+    assert check_config(write_job(job_dir, job(hosted_tools="refuse")), base_dir=job_dir).problems == []
+    assert stack_env(write_job(job_dir, job(hosted_tools="refuse")), job_dir / "state")["VERI_HOSTED_TOOLS"] == "refuse"
+    assert stack_env(write_job(job_dir, job()), job_dir / "state")["VERI_HOSTED_TOOLS"] == "drop"

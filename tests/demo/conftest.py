@@ -111,6 +111,27 @@ class BundleRun:
         return f"exit {self.returncode}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
 
 
+def image_bin(base_image: str, tmp_path: Path) -> list[str]:
+    """The folder where a base image's CLI is (`claude` or `codex`, in /usr/local/bin there): the
+    host's pinned binary linked into tmp_path/bin; none for the other bases."""
+    cli = {"veri/base-claude-agent": ("claude", claude_binary), "veri/base-codex-agent": ("codex", codex_binary)}
+    if base_image not in cli:
+        return []
+    program, binary = cli[base_image]
+    folder = tmp_path / "bin"
+    folder.mkdir(exist_ok=True)
+    if not (folder / program).exists():
+        (folder / program).symlink_to(binary())
+    return [str(folder)]
+
+
+def proxy_with_max_tokens(policy: RunningServer, model: Path, store: Path, max_tokens: int, *extra: str):
+    """A capture proxy of its own whose job caps each model call at `max_tokens`."""
+    args = proxy_args(policy.url, model, store, *extra)
+    args[args.index("--max-tokens") + 1] = str(max_tokens)
+    return start_server(args)
+
+
 def run_bundle(name: str, *, proxy: RunningServer, session: SessionInfo, row: dict, tmp_path: Path,
                max_turns: int = 4, api_key: str | None = None, rollout_id: str | None = None,
                timeout_s: float = 300) -> BundleRun:
@@ -125,16 +146,9 @@ def run_bundle(name: str, *, proxy: RunningServer, session: SessionInfo, row: di
         model="policy", task=row, task_index=row["page"], rollout_index=0, max_turns=max_turns,
         output_dir=str(output_dir),
     )
-    # What the image itself provides: `python` (veri/base's venv; here the test venv), `claude` or
-    # `codex` (in /usr/local/bin there), a HOME.
-    path = [str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]
-    cli = {"veri/base-claude-agent": ("claude", claude_binary), "veri/base-codex-agent": ("codex", codex_binary)}
-    if manifest.base_image in cli:
-        program, binary = cli[manifest.base_image]
-        image_bin = tmp_path / "bin"
-        image_bin.mkdir()
-        (image_bin / program).symlink_to(binary())
-        path.insert(1, str(image_bin))
+    # What the image itself provides: `python` (veri/base's venv; here the test venv), the CLI, a HOME.
+    path = [str(Path(sys.executable).parent), *image_bin(manifest.base_image, tmp_path), "/usr/local/bin", "/usr/bin",
+            "/bin"]
     env.update(PATH=os.pathsep.join(path), HOME=str(home))
     process = subprocess.Popen(manifest.entrypoint, cwd=bundle, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 
 import pytest
 
-from tests.demo.conftest import BUNDLES, run_bundle
+from tests.demo.conftest import BUNDLES, image_bin, proxy_with_max_tokens, run_bundle
 from tests.proxy.conftest import assert_bridged_chain
+from veri.core.config import RewardConfig
+from veri.core.episodes import Effect
 from veri.core.harness import load_manifest
+from veri.harness.run import RunOptions
+from veri.harness.run import run as run_harness
+from veri.rewards import load_reward_functions
+from veri.rewards.functions import RewardInputs
+from veri.rewards.scoring import RewardScorer
 from veri.webfixture.inline_tasks import inline_task
+
+URL_REWARDS = BUNDLES.parent / "config/rewards/url_extract.py"
 
 
 def load_agent(bundle: str):
@@ -127,6 +137,48 @@ def test_claude_bundle_fails_on_model_api_errors(demo_proxy, session, claude_tas
     assert run.returncode == 1, run.explain()
     assert "Claude Code failed (api_error)" in run.stderr, run.explain()
     assert not (run.output_dir / "answer.txt").exists()
+
+
+@pytest.mark.parametrize(("result", "ending"), [
+    ({"subtype": "success", "is_error": False, "result": "ANSWER: x"}, "finished"),
+    ({"subtype": "error_max_turns", "is_error": True}, "out_of_turns"),
+    ({"subtype": "success", "is_error": True, "terminal_reason": "api_error", "api_error": "max_output_tokens",
+      "result": "API Error: Claude's response exceeded the 128000 output token maximum."}, "cut_short"),
+    ({"subtype": "success", "is_error": True, "terminal_reason": "api_error", "api_error": None,
+      "api_error_status": 404, "result": "API Error: 404 unknown rollout"}, "failed"),
+])
+def test_claude_bundle_tells_an_ending_from_a_failure(result, ending):
+    assert load_agent("url_extract_claude").ending(result) == ending
+
+
+@pytest.mark.slow
+def test_claude_reply_cut_at_max_tokens_is_judged_not_masked(demo_policy, tiny_model, claude_task, tmp_path,
+                                                             monkeypatch):
+    """The policy's reply stops at the job's max_tokens; Claude Code asks it to go on (cut again) and then
+    ends on `api_error: max_output_tokens`. Through run-harness's collect path (the trainer's): a finished
+    rollout without an answer, trainable, its spans cut at max_tokens, scored by the reward."""
+    monkeypatch.setenv("PATH", os.pathsep.join([*image_bin("veri/base-claude-agent", tmp_path), os.environ["PATH"]]))
+    with proxy_with_max_tokens(demo_policy, tiny_model, tmp_path / "spans", 4) as short:
+        [rollout] = run_harness(RunOptions(
+            bundle=BUNDLES / "url_extract_claude", task=claude_task, task_index=claude_task["page"], n=1,
+            out=tmp_path / "out", sandbox="local", proxy_url=short.url, control_token=None, model_name="policy",
+            max_turns=4, timeout_s=240, start_stack=False))
+    record = rollout.record
+    assert (record.status, record.exit_code) == ("completed", 0), rollout.launch.stderr_tail
+    assert "Claude Code stopped on a reply cut at max_tokens" in rollout.launch.stderr_tail
+    assert (rollout.output_dir / "answer.txt").read_text() == ""
+    assert json.loads((rollout.output_dir / "claude-result.json").read_text())["api_error"] == "max_output_tokens"
+    assert not [v.rule for v in record.episode.verdicts if v.effect == Effect.REJECT]
+    assert not record.episode.rejected and record.episode.row is not None
+    calls = [span for span in record.spans if span.path == "/v1/messages"]
+    assert calls[-1].finish_reason == "length" and calls[-1].response["stop_reason"] == "max_tokens"
+    assert len(calls[-1].completion_token_ids) == 4
+
+    [reward] = load_reward_functions([RewardConfig(file=URL_REWARDS, function="reward")], list(claude_task))
+    with RewardScorer([reward], timeout_s=30) as scorer:
+        outcome = scorer.score(RewardInputs.from_record(record, outputs=rollout.output_dir))
+    assert outcome.reward == 0.0 and not outcome.verdicts
+    assert record.model_copy(update={"reward": outcome}).trainable
 
 
 @pytest.mark.slow

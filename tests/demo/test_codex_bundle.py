@@ -5,14 +5,25 @@ webfixture, capture proxy (Responses route) and scripted policy."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.demo.conftest import BUNDLES, answer_rule, fetch_rule, run_bundle, tool_call
+from tests.demo.conftest import (
+    BUNDLES,
+    answer_rule,
+    fetch_rule,
+    image_bin,
+    proxy_with_max_tokens,
+    run_bundle,
+    tool_call,
+)
 from tests.demo.test_bundles import load_agent
-from tests.proxy.conftest import assert_bridged_chain, proxy_args
+from tests.proxy.conftest import assert_bridged_chain
 from tests.servers import RunningServer, start_server
 from veri.core.harness import load_manifest
 from veri.core.records import SessionInfo
@@ -35,12 +46,6 @@ def codex_policy(tiny_model: Path, codex_task: dict, tmp_path_factory) -> Iterat
     script.write_text(json.dumps(rules))
     with start_server(["serve", "policy", "--model", str(tiny_model), "--scripted-replies", str(script)]) as policy:
         yield policy
-
-
-def proxy_with_max_tokens(policy: RunningServer, model: Path, store: Path, max_tokens: int):
-    args = proxy_args(policy.url, model, store)
-    args[args.index("--max-tokens") + 1] = str(max_tokens)
-    return start_server(args)
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +118,39 @@ def test_a_reply_cut_at_max_tokens_is_a_finished_rollout(codex_policy, tiny_mode
     assert run.returncode == 0, run.explain()
     assert run.answer() == "" and "codex stopped on a reply cut at max_tokens" in run.stderr
     assert span.finish_reason == "length" and span.response["status"] == "incomplete"
+
+
+DEFAULT_CONFIG_BUNDLE = Path(__file__).parent / "codex_default_config"
+
+
+def veri(*args: str, path: list[str], timeout_s: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": os.pathsep.join([*path, os.environ["PATH"]]), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "veri.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout_s)
+
+
+@pytest.mark.slow
+def test_codex_with_its_default_config_runs_and_says_what_was_dropped(codex_proxy, codex_task, tmp_path):
+    """Codex sends its hosted web_search tool (its config does not turn it off): the proxy leaves it out
+    of the prompt, the rollout finishes, and run-harness and veri debug say which tool was dropped."""
+    task = {"prompt": f"Reply with ANSWER: {codex_task['expected_url']}", "expected_url": codex_task["expected_url"]}
+    out, path = tmp_path / "out", image_bin("veri/base-codex-agent", tmp_path)
+    run = veri("run-harness", "--bundle", str(DEFAULT_CONFIG_BUNDLE), "--task", json.dumps(task), "--sandbox",
+               "local", "--proxy-url", codex_proxy.url, "--no-up", "--out", str(out), path=path)
+    said = " ".join(run.stdout.split())
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "completed (0)" in said and codex_task["expected_url"] in said, said
+    assert "rollout 0: hosted tools dropped from the prompt: web_search (1 of 1 spans)" in said, said
+    assert "web_search = \"disabled\"" in said and "hosted_tools: refuse" in said
+
+    record_file = out / "task-0" / "rollout-0.json"
+    [span] = json.loads(record_file.read_text())["spans"]
+    assert span["hosted_tools_dropped"] == ["web_search"]
+    assert "web_search" in [tool["type"] for tool in span["request"]["tools"]]
+    assert "web_search" not in [tool["function"]["name"] for tool in span["tools"]]
+
+    explained = veri("debug", str(record_file), path=[])
+    assert explained.returncode == 0, explained.stderr
+    assert "      hosted tools dropped from the prompt: web_search\n" in explained.stdout
+    assert "hosted tools dropped from the prompt: web_search (1 of 1 spans): the policy cannot run them" in (
+        explained.stdout)

@@ -36,23 +36,30 @@ SCRIPT = [
 
 
 @pytest.fixture(scope="module")
-def codex_proxy(tiny_model: Path, tmp_path_factory) -> Iterator[RunningServer]:
+def codex_policy(tiny_model: Path, tmp_path_factory) -> Iterator[RunningServer]:
     folder = tmp_path_factory.mktemp("codex")
     (folder / "script.json").write_text(json.dumps(SCRIPT))
-    policy_args = ["serve", "policy", "--model", str(tiny_model), "--scripted-replies", str(folder / "script.json")]
-    with start_server(policy_args) as policy, \
-            start_server(proxy_args(policy.url, tiny_model, folder / "spans")) as proxy:
+    with start_server(["serve", "policy", "--model", str(tiny_model), "--scripted-replies",
+                       str(folder / "script.json")]) as policy:
+        yield policy
+
+
+@pytest.fixture(scope="module")
+def codex_proxy(codex_policy: RunningServer, tiny_model: Path, tmp_path_factory) -> Iterator[RunningServer]:
+    with start_server(proxy_args(codex_policy.url, tiny_model, tmp_path_factory.mktemp("spans"))) as proxy:
         yield proxy
 
 
-def run_codex(session, tmp_path: Path, *, web_search: str) -> subprocess.CompletedProcess:
+def run_codex(session, tmp_path: Path, *, web_search: str | None) -> subprocess.CompletedProcess:
+    """`codex exec` with a config that names the provider; `web_search` None: no word about it (Codex's default)."""
     codex_home, workdir = tmp_path / "codex-home", tmp_path / "work"
     codex_home.mkdir()
     workdir.mkdir()
+    web_search_line = f'web_search = "{web_search}"' if web_search is not None else ""
     (codex_home / "config.toml").write_text(f"""
 model = "tiny"
 model_provider = "veri"
-web_search = "{web_search}"
+{web_search_line}
 
 [model_providers.veri]
 name = "veri capture proxy"
@@ -88,11 +95,29 @@ def test_codex_exec_tool_loop_is_captured_and_bridged(codex_proxy, tmp_path):
     assert_bridged_chain(spans)
 
 
-def test_codex_with_hosted_web_search_gets_the_proxys_reason(codex_proxy, tmp_path):
-    """Codex's default web_search tool is hosted: the 400 names it and Codex shows the message."""
+def test_codex_with_its_default_config_runs_and_the_span_names_the_dropped_tool(codex_proxy, tmp_path):
+    """Codex sends its hosted web_search tool unless told not to; the policy cannot run it, so it is
+    left out of the prompt (hosted_tools: drop, the default) and the span says so."""
     control = ControlClient(codex_proxy.url)
     session = control.open_session()
-    done = run_codex(session, tmp_path, web_search="live")
+    done = run_codex(session, tmp_path, web_search=None)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    assert done.stdout.strip() == ANSWER
+    spans = control.spans(session.rollout_id)
+    assert len(spans) == 3
+    assert all(s.hosted_tools_dropped == ["web_search"] for s in spans)
+    assert "web_search" in [t["type"] for t in spans[0].request["tools"]]
+    assert "web_search" not in [t["function"]["name"] for t in spans[0].tools]
+    assert_bridged_chain(spans)
+
+
+def test_codex_under_hosted_tools_refuse_gets_the_proxys_reason(codex_policy, tiny_model, tmp_path):
+    """hosted_tools: refuse keeps the 400, which names the tool and the knob; Codex shows the message."""
+    args = proxy_args(codex_policy.url, tiny_model, tmp_path / "spans", "--hosted-tools", "refuse")
+    with start_server(args) as refusing:
+        control = ControlClient(refusing.url)
+        session = control.open_session()
+        done = run_codex(session, tmp_path, web_search=None)
+        assert control.spans(session.rollout_id) == []
     assert done.returncode != 0
-    assert "web_search are hosted tools" in done.stderr and "define them as type function" in done.stderr
-    assert control.spans(session.rollout_id) == []
+    assert "web_search are hosted tools" in done.stderr and "hosted_tools: refuse" in done.stderr, done.stderr

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from veri.core.records import HostedTools
 from veri.proxy.anthropic.converter import to_chat_turn
 from veri.proxy.anthropic.protocol import MessagesRequest
-from veri.proxy.errors import InvalidRequest, UnsupportedContent
+from veri.proxy.errors import HostedToolsRefused, InvalidRequest, UnsupportedContent
 from veri.proxy.history import first_difference, prefix_hashes
 
 
@@ -51,9 +52,21 @@ def test_media_blocks_are_refused_by_name(block):
             {"type": "tool_result", "tool_use_id": "t", "content": [{"type": block, "source": {}}]}]}])
 
 
-def test_server_tools_are_refused_with_the_fix():
+def test_server_tools_are_dropped_by_default_and_refused_when_the_job_says_so():
+    bash = {"name": "Bash", "input_schema": {"type": "object"}}
+    server = {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}
+    body = {"messages": [{"role": "user", "content": "hi"}], "tools": [server, bash]}
+    dropped = turn(**body)
+    assert [tool["function"]["name"] for tool in dropped.tools] == ["Bash"]
+    assert dropped.hosted_tools_dropped == ["web_search_20250305"]
+    request = MessagesRequest.model_validate({"model": "m", "max_tokens": 10, **body})
+    with pytest.raises(HostedToolsRefused, match="web_search_20250305 are hosted tools.*hosted_tools: refuse"):
+        to_chat_turn(request, HostedTools.REFUSE)
+
+
+def test_a_client_tool_without_input_schema_is_refused_with_the_fix():
     with pytest.raises(InvalidRequest, match="input_schema"):
-        turn(messages=[{"role": "user", "content": "hi"}], tools=[{"type": "web_search_20250305", "name": "web"}])
+        turn(messages=[{"role": "user", "content": "hi"}], tools=[{"name": "web"}])
 
 
 def test_tool_choice_none_keeps_tool_text_as_text():

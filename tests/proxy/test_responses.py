@@ -4,13 +4,16 @@ loops (full input resent, and chained by previous_response_id), store: false, re
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import openai
 import pytest
 from openai.types.responses import Response
 from transformers import AutoTokenizer
 
-from tests.proxy.conftest import assert_bridged_chain, fake_weather
+from tests.proxy.conftest import assert_bridged_chain, fake_weather, proxy_args
+from tests.servers import RunningServer, start_server
+from veri.proxy.control_client import ControlClient
 
 WEATHER = {
     "type": "function",
@@ -174,15 +177,38 @@ def test_unknown_previous_response_id_is_refused(session, control):
     assert control.spans(session.rollout_id) == []
 
 
-@pytest.mark.parametrize("tool", [{"type": "web_search"}, {"type": "file_search", "vector_store_ids": ["vs_1"]},
-                                  {"type": "computer_use_preview", "display_width": 1024, "display_height": 768,
-                                   "environment": "browser"}])
-def test_hosted_tools_are_refused_in_the_responses_error_shape(session, control, tool):
+HOSTED_TOOLS = [{"type": "web_search"}, {"type": "file_search", "vector_store_ids": ["vs_1"]},
+                {"type": "computer_use_preview", "display_width": 1024, "display_height": 768,
+                 "environment": "browser"}]
+
+
+@pytest.fixture(scope="module")
+def refusing_proxy(scripted_policy, tiny_model, tmp_path_factory) -> Iterator[RunningServer]:
+    args = proxy_args(scripted_policy.url, tiny_model, tmp_path_factory.mktemp("spans"), "--hosted-tools", "refuse")
+    with start_server(args) as server:
+        yield server
+
+
+@pytest.mark.parametrize("tool", HOSTED_TOOLS)
+def test_hosted_tools_are_dropped_from_the_prompt_and_named_on_the_span(session, control, tool):
+    """By default (hosted_tools: drop) the call is served with the function tools alone."""
+    client_for(session).responses.create(model="policy", input="search the web", tools=[WEATHER, tool])
+    [span] = control.spans(session.rollout_id)
+    assert span.hosted_tools_dropped == [tool["type"]]
+    assert [t["function"]["name"] for t in span.tools] == ["get_weather"]
+    assert span.request["tools"][1]["type"] == tool["type"]  # the client's body, as sent
+
+
+@pytest.mark.parametrize("tool", HOSTED_TOOLS)
+def test_hosted_tools_refused_in_the_responses_error_shape_under_refuse(refusing_proxy, tool):
+    control = ControlClient(refusing_proxy.url)
+    session = control.open_session()
     with pytest.raises(openai.BadRequestError) as error:
         client_for(session).responses.create(model="policy", input="search the web", tools=[WEATHER, tool])
     body = error.value.body
     assert body["type"] == "invalid_request_error" and body["param"] == "tools"
-    assert tool["type"] in body["message"] and "define them as type function" in body["message"]
+    assert tool["type"] in body["message"] and "hosted_tools: refuse" in body["message"]
+    assert "hosted_tools: drop" in body["message"] and "define them as type function" in body["message"]
     assert control.spans(session.rollout_id) == []
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from veri.proxy.errors import InvalidRequest, UnsupportedContent
+from veri.core.records import HostedTools
+from veri.proxy.errors import HostedToolsRefused, InvalidRequest, UnsupportedContent
 from veri.proxy.history import canonical_message
 from veri.proxy.responses.converter import to_chat_turn
 from veri.proxy.responses.protocol import ResponsesRequest
@@ -59,7 +60,6 @@ def test_function_tools_convert_and_tool_choice_none_keeps_text():
 
 
 @pytest.mark.parametrize(("body", "error", "says"), [
-    ({"input": "x", "tools": [{"type": "web_search_preview"}]}, InvalidRequest, "web_search_preview are hosted tools"),
     ({"input": "x", "tool_choice": {"type": "file_search"}}, InvalidRequest, "names a hosted tool"),
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, InvalidRequest, "send the item itself"),
     ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, InvalidRequest, "'web_search_call'"),
@@ -83,5 +83,21 @@ def test_namespace_tools_are_flattened_and_clashing_names_refused():
     assert [tool["function"]["name"] for tool in converted] == ["exec_command", "spawn_agent"]
     with pytest.raises(InvalidRequest, match="share a name"):
         turn(input="x", tools=[{"type": "function", "name": "spawn_agent"}, namespace])
-    with pytest.raises(InvalidRequest, match="web_search are hosted"):
-        turn(input="x", tools=[{**namespace, "tools": [inner, {"type": "web_search"}]}])
+    hosted = turn(input="x", tools=[{**namespace, "tools": [inner, {"type": "web_search"}]}])
+    assert [tool["function"]["name"] for tool in hosted.tools] == ["spawn_agent"]
+    assert hosted.hosted_tools_dropped == ["web_search"]
+
+
+def test_hosted_tools_are_dropped_by_default_and_refused_when_the_job_says_so():
+    tools = [{"type": "web_search_preview"}, {"type": "function", "name": "f"}, {"type": "file_search"}]
+    dropped = turn(input="x", tools=tools)
+    assert [tool["function"]["name"] for tool in dropped.tools] == ["f"] and dropped.parse_tools
+    assert dropped.hosted_tools_dropped == ["file_search", "web_search_preview"]
+    alone = turn(input="x", tools=[{"type": "web_search"}])
+    assert alone.tools is None and not alone.parse_tools and alone.hosted_tools_dropped == ["web_search"]
+    assert turn(input="x", tools=[tools[1]]).hosted_tools_dropped == []
+    with pytest.raises(HostedToolsRefused) as refused:
+        to_chat_turn(ResponsesRequest.model_validate({"input": "x", "tools": tools}), [], HostedTools.REFUSE)
+    assert refused.value.param == "tools"
+    assert "file_search, web_search_preview are hosted tools" in refused.value.message
+    assert "hosted_tools: refuse" in refused.value.message and "hosted_tools: drop" in refused.value.message

@@ -51,6 +51,7 @@ def stack_env(config_path: Path, state_dir: Path | None = None, *, model_only: b
         "VERI_TEMPERATURE": repr(config.sampling.temperature),
         "VERI_TOP_P": repr(config.sampling.top_p),
         "VERI_MAX_TOKENS": str(config.max_tokens_per_call),
+        "VERI_HOSTED_TOOLS": str(config.hosted_tools),
         # empty when none: what compose defaults to, so a running stack is not recreated for it
         "VERI_CHAT_TEMPLATE_KWARGS": json.dumps(config.chat_template_kwargs) if config.chat_template_kwargs else "",
         "VERI_BUNDLE": str(config.harness_bundle),

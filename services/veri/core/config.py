@@ -42,6 +42,7 @@ from veri.core.layout import (
 )
 from veri.core.memory import PROMPT_TOKENS, TRL_BATCH_SIZE, TrainingSetup
 from veri.core.problems import Problem, ProblemsError
+from veri.core.records import HostedTools
 
 
 class Backend(StrEnum):
@@ -130,6 +131,12 @@ class JobConfig(BaseModel):
     )
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="proxy rendering and TRL, e.g. {enable_thinking: false}"
+    )
+    hosted_tools: HostedTools = Field(
+        default=HostedTools.DROP,
+        description="proxy: a request's hosted tools (Responses web_search, file_search, ...; Anthropic server"
+        " tools), which the policy cannot run: drop = left out of the prompt, named on the span"
+        " (hosted_tools_dropped); refuse = the request gets 400",
     )
     vllm_tensor_parallel_size: int | None = Field(default=None, ge=1, description="vllm: TP (default: planned)")
     vllm_data_parallel_size: ReplicaCount = Field(

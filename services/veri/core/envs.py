@@ -55,6 +55,7 @@ VERI_MODELS_DIR = "VERI_MODELS_DIR"  # host folder holding the job's model (moun
 VERI_TEMPERATURE = "VERI_TEMPERATURE"  # the job's sampling, which the proxy enforces
 VERI_TOP_P = "VERI_TOP_P"
 VERI_MAX_TOKENS = "VERI_MAX_TOKENS"
+VERI_HOSTED_TOOLS = "VERI_HOSTED_TOOLS"  # the job's hosted_tools (drop | refuse): the proxy's --hosted-tools
 VERI_BUNDLE = "VERI_BUNDLE"  # the job's harness bundle (make train builds its image)
 VERI_POLICY_BACKEND = "VERI_POLICY_BACKEND"  # hf or vllm
 

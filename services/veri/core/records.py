@@ -31,6 +31,14 @@ class Protocol(StrEnum):
     OPENAI_RESPONSES = "openai.responses"
 
 
+class HostedTools(StrEnum):
+    """What the proxy does with a request's hosted tools (a provider runs them: Responses `web_search`,
+    `file_search`, ...; Anthropic server tools): the policy cannot run them, only write function calls."""
+
+    DROP = "drop"  # left out of the rendered prompt; the span names them (hosted_tools_dropped)
+    REFUSE = "refuse"  # the request is refused with 400, naming them
+
+
 class ToolCallFailure(StrEnum):
     """Why a tool call the policy wrote did not reach the harness as a clean call."""
 
@@ -71,6 +79,10 @@ class Span(BaseModel):
         default_factory=list, description="the conversation as rendered (OpenAI-style messages)"
     )
     tools: list[dict[str, Any]] | None = None
+    hosted_tools_dropped: list[str] = Field(
+        default_factory=list, description="hosted tools the request named (their types, e.g. web_search) that were"
+        " left out of the rendered prompt: the policy cannot run them (hosted_tools: drop)",
+    )
     reply_message: dict[str, Any] = Field(
         default_factory=dict, description="the policy's reply as an OpenAI-style assistant message"
     )

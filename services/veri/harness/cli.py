@@ -191,6 +191,8 @@ def _run(args: argparse.Namespace) -> int:
                       " ".join(row["prompt_sources"]), ", ".join(row["verdicts"]) or "-", row["answer"][:80])
     console.print(table)
     for row in rows:
+        if row["hosted_tools"]:
+            console.print(f"rollout {row['rollout']}: {row['hosted_tools']}", markup=False)
         if row["stderr_tail"]:
             console.print(f"[dim]rollout {row['rollout']} stderr:[/dim] {row['stderr_tail']}")
     console.print(f"records: {out}  (inspect one: veri debug {out}/task-{args.index}/rollout-0.json)")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from veri.core.episodes import (
     ID_FIELDS,
@@ -126,16 +126,21 @@ def explain(record: dict[str, Any], decoder: Decoder | None = None) -> str:
     episode = build_episode(spans, status, exit_code=record.get("exit_code"), decoder=decoder)
     verdicts = [*episode.verdicts, *_recorded_reward_verdicts(record)]
     lines = [_header(record, status)]
+    dropped = _hosted_tools_by_span(record["spans"])
     for span in spans:
         lines.append(_span_line(span, episode))
         lines += [f"      {v.rule}: {v.message}" for v in verdicts if v.span == span.request_index]
         lines += _span_notes(span)
+        if span.request_index in dropped:
+            lines.append(f"      hosted tools dropped from the prompt: {', '.join(dropped[span.request_index])}")
     lines += [f"  {v.rule}: {v.message}" for v in verdicts if v.span is None]
     rules = {v.rule: v for v in verdicts}
     if rules:
         lines.append("what to do:")
         lines += [f"  {rule} ({v.effect}): {v.fix}" for rule, v in rules.items()]
     lines += _result(episode, verdicts, spans)
+    if hosted := hosted_tools_line(record["spans"]):
+        lines.append(hosted)
     if failures := sum(len(span.tool_call_failures) for span in spans):
         lines.append(f"tool-call parse failures: {failures} ({_failure_kinds(spans)}): the harness got"
                      " the written text instead of a call; a rising count in the step metrics"
@@ -203,6 +208,35 @@ def _span_notes(span: EpisodeSpan) -> list[str]:
         notes.append(f"      client retries: {len(span.retried_at)} (the same request re-sent, answered from this"
                      " span: no second sample)")
     return notes
+
+
+def hosted_tools_line(spans: list[Any]) -> str:
+    """One line on the hosted tools the proxy left out of these spans' prompts ('' when none): which,
+    in how many spans, and what to do. `spans`: veri `Span`s or span dicts (veri debug, run-harness)."""
+    counts: dict[str, int] = {}
+    for tools in _hosted_tools_by_span(spans).values():
+        for tool in tools:
+            counts[tool] = counts.get(tool, 0) + 1
+    if not counts:
+        return ""
+    named = ", ".join(f"{tool} ({count} of {len(spans)} spans)" for tool, count in sorted(counts.items()))
+    return (f"hosted tools dropped from the prompt: {named}: the policy cannot run them, so it never saw them"
+            " (hosted_tools: drop). Turn them off in the harness to stop sending them (Codex: web_search ="
+            ' "disabled"), or set hosted_tools: refuse in the job config to make such calls fail with 400')
+
+
+def _hosted_tools_by_span(spans: list[Any]) -> dict[int, list[str]]:
+    """request_index (else its place in the list) -> the hosted tools dropped from that span's prompt."""
+    found = {}
+    for position, span in enumerate(spans):
+        data = span.model_dump() if isinstance(span, BaseModel) else span
+        if not isinstance(data, dict):
+            continue
+        tools = data.get("hosted_tools_dropped")
+        index = data.get("request_index")
+        if isinstance(tools, list) and tools:
+            found[index if isinstance(index, int) else position] = [str(tool) for tool in tools]
+    return found
 
 
 def _failure_kinds(spans: list[EpisodeSpan]) -> str:

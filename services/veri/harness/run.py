@@ -24,6 +24,7 @@ from veri.core import envs
 from veri.core.harness import load_manifest
 from veri.core.launch import GroupLaunch, LaunchResult, SandboxLimits
 from veri.core.rollouts import RolloutRecord
+from veri.harness.debug import hosted_tools_line
 from veri.launcher.backend import SandboxBackend
 from veri.proxy.control_client import ControlClient
 from veri.rollouts.collect import CollectedRollout, GroupCollector, LaunchSettings
@@ -183,6 +184,7 @@ def summary_rows(collected: list[CollectedRollout]) -> list[dict[str, Any]]:
             "env_tokens": (len(row.env_mask) - sum(row.env_mask)) if row else 0,
             "prompt_sources": [span.prompt_source.value for span in record.spans],
             "verdicts": [verdict.rule.value for verdict in record.episode.verdicts],
+            "hosted_tools": hosted_tools_line(record.spans),
             "answer": final_answer(rollout),
             "stderr_tail": "\n".join(rollout.launch.stderr_tail.strip().splitlines()[-3:]),
         })

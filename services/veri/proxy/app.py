@@ -122,6 +122,7 @@ def settings_from_args(args: argparse.Namespace) -> ProxySettings:
         temperature=args.temperature,
         top_p=args.top_p,
         max_tokens=args.max_tokens,
+        hosted_tools=args.hosted_tools,
         max_body_bytes=args.max_body_bytes,
         chat_template_kwargs=args.chat_template_kwargs,
         record_requests=args.record_requests,

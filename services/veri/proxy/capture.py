@@ -48,6 +48,7 @@ class ChatTurn:
     parse_tools: bool = True  # False for tool_choice "none": tool-call text stays text
     stop: list[str] = field(default_factory=list)
     max_tokens: int | None = None
+    hosted_tools_dropped: list[str] = field(default_factory=list)  # left out of `tools`: the policy cannot run them
 
 
 @dataclass
@@ -196,6 +197,7 @@ class CaptureService:
             response=response,
             messages=sample.turn.messages,
             tools=sample.turn.tools,
+            hosted_tools_dropped=sample.turn.hosted_tools_dropped,
             reply_message=reply,
             prompt_token_ids=[],
             completion_token_ids=[],

@@ -29,6 +29,9 @@ def register_serve(services: argparse._SubParsersAction) -> None:
     proxy.add_argument("--temperature", type=float, default=1.0)
     proxy.add_argument("--top-p", type=float, default=1.0)
     proxy.add_argument("--max-tokens", type=int, default=1024, help="cap on tokens per model call")
+    proxy.add_argument("--hosted-tools", choices=["drop", "refuse"], default="drop",
+                       help="a request's hosted tools (web_search, ...; the policy cannot run them): drop them from"
+                            " the prompt, named on the span (default), or refuse the request with 400")
     proxy.add_argument("--chat-template-kwargs", type=_json_object, metavar="JSON",
                        default=os.environ.get(envs.VERI_CHAT_TEMPLATE_KWARGS, ""),
                        help="extra chat template variables, a JSON object, e.g. '{\"enable_thinking\": false}' "

@@ -4,6 +4,7 @@
     ├── ClientError (4xx: the harness sent something we refuse)
     │   ├── InvalidRequest          400  malformed body / schema
     │   ├── UnsupportedContent      400  image / document / audio blocks
+    │   ├── HostedToolsRefused      400  hosted tools, under hosted_tools: refuse
     │   ├── InvalidApiKey           401  not this rollout's key
     │   ├── ControlUnauthorized     401  missing / wrong control token
     │   ├── UnknownRollout          404
@@ -45,6 +46,17 @@ class InvalidRequest(ClientError):
 
 class UnsupportedContent(ClientError):
     pass
+
+
+class HostedToolsRefused(InvalidRequest):
+    """The request has hosted tools (a provider runs them) and the job says `hosted_tools: refuse`."""
+
+    def __init__(self, types: list[str]):
+        super().__init__(
+            f"tools of type {', '.join(types)} are hosted tools: veri serves function tools only (the policy writes"
+            " the call, your harness runs it), and this job has hosted_tools: refuse. Set hosted_tools: drop in the"
+            " job config to leave them out of the prompt, turn them off in the harness (Codex: web_search ="
+            ' "disabled"), or define them as type function', param="tools")
 
 
 class InvalidApiKey(ClientError):

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from veri.core import envs
+from veri.core.records import HostedTools
 
 
 class ProxySettings(BaseSettings):
@@ -40,6 +41,10 @@ class ProxySettings(BaseSettings):
     temperature: float = Field(default=1.0, ge=0.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(default=1024, ge=1, description="cap on completion tokens per model call")
+    hosted_tools: HostedTools = Field(
+        default=HostedTools.DROP, description="hosted tools in a request: drop (from the prompt, named on the span)"
+        " or refuse (400)",
+    )
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     policy_timeout_s: float = Field(default=600.0, gt=0)
     record_requests: bool = Field(

@@ -19,7 +19,7 @@ router = APIRouter(prefix=PREFIX)
 async def messages(rollout_id: str, request: Request):
     call = await rollout_call(request, rollout_id, MessagesRequest)
     parsed, model = call.parsed, served_model(request)
-    response = await chat_response(call, MESSAGES, to_chat_turn(parsed),
+    response = await chat_response(call, MESSAGES, to_chat_turn(parsed, call.capture.settings.hosted_tools),
                                    lambda sample: serving.messages_response(sample, model))
     if parsed.stream:
         return StreamingResponse(serving.messages_stream(response), media_type="text/event-stream")
@@ -29,5 +29,5 @@ async def messages(rollout_id: str, request: Request):
 @router.post(COUNT_TOKENS.path)
 async def count_tokens(rollout_id: str, request: Request):
     call = await rollout_call(request, rollout_id, MessagesRequest)
-    turn = to_chat_turn(call.parsed)
+    turn = to_chat_turn(call.parsed, call.capture.settings.hosted_tools)
     return {"input_tokens": call.capture.rendering.count_tokens(turn.messages, turn.tools)}

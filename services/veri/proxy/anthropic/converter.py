@@ -8,27 +8,33 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from veri.core.records import HostedTools
 from veri.proxy.anthropic.protocol import AnthropicMessage, MessagesRequest
 from veri.proxy.capture import ChatTurn
-from veri.proxy.errors import InvalidRequest, UnsupportedContent
+from veri.proxy.errors import HostedToolsRefused, InvalidRequest, UnsupportedContent
 
 _UNSUPPORTED_BLOCKS = {"image", "document", "audio", "input_audio", "file", "container_upload"}
 _IGNORED_BLOCKS = {"redacted_thinking"}  # opaque to a token-native policy; never rendered
 
 
-def to_chat_turn(request: MessagesRequest) -> ChatTurn:
+def to_chat_turn(request: MessagesRequest, hosted_tools: HostedTools = HostedTools.DROP) -> ChatTurn:
+    """`hosted_tools`: what the job does with server tools (Anthropic runs them; dropped, or refused)."""
     messages = _system_messages(request.system)
     for index, message in enumerate(request.messages):
         messages.extend(_convert_message(index, message))
     if not messages:  # e.g. one user message with `content: []`: the renderer has nothing to render
         raise InvalidRequest("messages: no message has any content; send at least one text block", param="messages")
     tools = _convert_tools(request.tools)
+    dropped = server_tool_types(request.tools or [])
+    if dropped and hosted_tools == HostedTools.REFUSE:
+        raise HostedToolsRefused(dropped)
     return ChatTurn(
         messages=messages,
         tools=tools,
         parse_tools=bool(tools) and (request.tool_choice or {}).get("type") != "none",
         stop=list(request.stop_sequences or []),
         max_tokens=request.max_tokens,
+        hosted_tools_dropped=dropped,
     )
 
 
@@ -112,16 +118,26 @@ def _user_messages(where: str, blocks: list[dict[str, Any]]) -> list[dict[str, A
     return converted
 
 
+def _is_server_tool(tool: dict[str, Any]) -> bool:
+    """An Anthropic-defined tool (a versioned `type`: web_search_20250305, code_execution_..., bash_...):
+    it has no input_schema, so the policy has nothing to write its calls against."""
+    return "input_schema" not in tool and tool.get("type") not in (None, "custom")
+
+
+def server_tool_types(tools: list[dict[str, Any]]) -> list[str]:
+    return sorted({str(tool["type"]) for tool in tools if _is_server_tool(tool)})
+
+
 def _convert_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-    if not tools:
-        return None
     converted = []
-    for index, tool in enumerate(tools):
+    for index, tool in enumerate(tools or []):
+        if _is_server_tool(tool):
+            continue
         if "input_schema" not in tool:
             raise InvalidRequest(
-                f"tools[{index}] ({tool.get('type') or tool.get('name')!r}) has no input_schema: server tools are not "
-                "supported, define a client tool with name, description and input_schema"
+                f"tools[{index}] ({tool.get('name')!r}) has no input_schema: define a client tool with name,"
+                " description and input_schema"
             )
         converted.append({"type": "function", "function": {
             "name": tool["name"], "description": tool.get("description", ""), "parameters": tool["input_schema"]}})
-    return converted
+    return converted or None

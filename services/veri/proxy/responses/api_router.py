@@ -22,7 +22,7 @@ async def responses(rollout_id: str, request: Request):
     parsed, model = call.parsed, served_model(request)
     # A retry's recorded response keeps its id, which is what a later previous_response_id names.
     earlier = previous_conversation(call.capture.store, call.session.rollout_id, parsed.previous_response_id)
-    response = await chat_response(call, RESPONSES, to_chat_turn(parsed, earlier),
+    response = await chat_response(call, RESPONSES, to_chat_turn(parsed, earlier, call.capture.settings.hosted_tools),
                                    lambda sample: serving.response_object(sample, parsed, model))
     if parsed.stream:
         return StreamingResponse(serving.response_stream(response), media_type="text/event-stream")

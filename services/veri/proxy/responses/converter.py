@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from veri.core.records import HostedTools
 from veri.proxy.capture import ChatTurn
-from veri.proxy.errors import InvalidRequest, UnsupportedContent
+from veri.proxy.errors import HostedToolsRefused, InvalidRequest, UnsupportedContent
 from veri.proxy.responses.protocol import ResponsesRequest
 
 _UNSUPPORTED_PARTS = {"input_image", "input_file", "input_audio", "image_url", "file"}
@@ -18,8 +19,10 @@ _TEXT_PARTS = {"input_text", "output_text", "text", "summary_text", "reasoning_t
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 
 
-def to_chat_turn(request: ResponsesRequest, earlier: list[dict[str, Any]]) -> ChatTurn:
-    """`earlier`: the conversation `previous_response_id` names (its instructions left out)."""
+def to_chat_turn(request: ResponsesRequest, earlier: list[dict[str, Any]],
+                 hosted_tools: HostedTools = HostedTools.DROP) -> ChatTurn:
+    """`earlier`: the conversation `previous_response_id` names (its instructions left out);
+    `hosted_tools`: what the job does with the request's hosted tools (dropped, or refused)."""
     _refuse_unserved(request)
     messages = [{"role": "system", "content": request.instructions}] if request.instructions else []
     messages.extend(earlier)
@@ -27,12 +30,17 @@ def to_chat_turn(request: ResponsesRequest, earlier: list[dict[str, Any]]) -> Ch
     if not messages:
         raise InvalidRequest("input is empty: send a string or at least one input item", param="input")
     tools = convert_tools(request.tools)
+    dropped = hosted_tool_types(request.tools or [])
+    if dropped and hosted_tools == HostedTools.REFUSE:
+        raise HostedToolsRefused(dropped)
     return ChatTurn(
         messages=messages,
         tools=tools,
         parse_tools=bool(tools) and request.tool_choice != "none",
         max_tokens=request.max_output_tokens,
+        hosted_tools_dropped=dropped,
     )
+
 
 
 def _refuse_unserved(request: ResponsesRequest) -> None:
@@ -143,10 +151,11 @@ def _reasoning_text(where: str, item: dict[str, Any]) -> str:
 
 
 def convert_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-    """Function tools, those grouped in a `namespace` tool (Codex's sub-agent tools) included."""
-    if not tools:
+    """Function tools, those grouped in a `namespace` tool (Codex's sub-agent tools) included; None
+    when there are none (hosted tools are not among them: see `hosted_tool_types`)."""
+    functions = function_tools(tools or [])
+    if not functions:
         return None
-    functions = function_tools(tools)
     converted = []
     for index, (_, tool) in enumerate(functions):
         if not tool.get("name"):
@@ -162,20 +171,22 @@ def convert_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | 
 
 
 def function_tools(tools: list[dict[str, Any]]) -> list[tuple[str | None, dict[str, Any]]]:
-    """(namespace or None, function tool) for every function tool; hosted tools refused."""
+    """(namespace or None, function tool) for every function tool."""
     found: list[tuple[str | None, dict[str, Any]]] = []
-    hosted = []
     for tool in tools:
         if tool.get("type") == "function":
             found.append((None, tool))
         elif tool.get("type") == "namespace":
-            inner = tool.get("tools") or []
-            hosted += [str(t.get("type")) for t in inner if t.get("type") != "function"]
-            found += [(tool.get("name"), t) for t in inner if t.get("type") == "function"]
-        else:
-            hosted.append(str(tool.get("type")))
-    if hosted:
-        raise InvalidRequest(
-            f"tools of type {', '.join(sorted(set(hosted)))} are hosted tools: veri serves function tools only "
-            "(the policy writes the call, your harness runs it); define them as type function", param="tools")
+            found += [(tool.get("name"), t) for t in tool.get("tools") or [] if t.get("type") == "function"]
     return found
+
+
+def hosted_tool_types(tools: list[dict[str, Any]]) -> list[str]:
+    """The types of the hosted tools (web_search, file_search, ...), namespaces' included, sorted."""
+    hosted = set()
+    for tool in tools:
+        if tool.get("type") == "namespace":
+            hosted |= {str(t.get("type")) for t in tool.get("tools") or [] if t.get("type") != "function"}
+        elif tool.get("type") != "function":
+            hosted.add(str(tool.get("type")))
+    return sorted(hosted)
