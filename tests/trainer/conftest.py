@@ -20,6 +20,7 @@ SCRIPT = [
      "reply": '<tool_call>\n{"name": "lookup", "arguments": {"key": "answer"}}\n</tool_call>'},
     {"if_last_user_turn_contains": "veri-answer-0", "reply": "alpha"},
     {"if_last_user_turn_contains": "veri-answer-1", "reply": "beta beta"},
+    {"if_last_user_turn_contains": "Title this chat", "reply": "Lookup chat"},
 ]
 
 AGENT = '''
@@ -39,6 +40,9 @@ reply = client.chat.completions.create(model=model, messages=messages, tools=too
 messages.append(reply.model_dump(exclude_none=True))
 for call in reply.tool_calls or []:
     messages.append({"role": "tool", "tool_call_id": call.id, "content": f"veri-answer-{index % 2}"})
+if task.get("side_call"):  # a title for the chat, as Claude Code makes one: another system prompt, a new root
+    client.chat.completions.create(model=model, messages=[
+        {"role": "system", "content": "You write short titles."}, {"role": "user", "content": "Title this chat"}])
 hold = task.get("hold")  # a straggler: the first rollout to get here waits for a later policy version
 if hold and index == 0 and not pathlib.Path(hold["marker"]).exists():
     pathlib.Path(hold["marker"]).write_text("held")

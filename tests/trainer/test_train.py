@@ -12,7 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.trainer.conftest import write_job
+from tests.trainer.conftest import write_job, write_tasks
+from veri.core.episodes import RowKind
 from veri.trainer.archive import ArchiveIndex, read_metrics
 from veri.trainer.weights.policy_admin import PolicyAdmin
 
@@ -51,6 +52,32 @@ def assert_timeline_matches_metrics(job_dir: Path, metrics: list[dict]) -> None:
             assert 0.0 <= value <= 1.0 and line[f"utilisation/{name}"] == pytest.approx(value, abs=1e-3)
         assert "policy_0" in record["utilisation"] and 0 < line["utilisation/trainer"] < 1
         assert record["trainer_idle"] and record["policy"]["0"]["idle"]  # the gaps are there to see
+
+
+def test_a_side_call_is_trained_as_a_row_of_its_own(stack, tiny_model, tmp_path):
+    """Each rollout makes a title call between its two turns: every trainable rollout is two rows, both in
+    TRL's batch (the branch with its rollout's advantage), and no sampled token is dropped but the crashed
+    rollout's."""
+    job = write_job(tmp_path / "job", tiny_model, max_steps=1)
+    write_tasks(job.parent / "tasks.jsonl", [
+        {"prompt": "Look up the answer, please.", "expected": "beta", "side_call": True},
+        {"prompt": "Look up the answer now.", "expected": "beta", "side_call": True, "fail_rollout": 1},
+    ])
+    result = veri_train(job, stack, tmp_path / "jobs")
+    assert result.returncode == 0, result.stderr[-6000:]
+    job_dir = tmp_path / "jobs" / "job"
+    (line,) = read_metrics(job_dir / "metrics.jsonl")
+    assert line["trainable"] == 3 and line["train/rows/branch_rows"] == 3  # one side-call row per trained rollout
+    assert line["rows/per_rollout"] == 6 / 4 and line["tokens/dropped_fraction"] == 0  # the crash made no call
+    with ArchiveIndex(job_dir) as index:
+        records = [index.read_rollout(row["path"]) for row in index.rollouts(limit=10)]
+    trained = [record for record in records if record.trainable]
+    assert len(trained) == 3
+    for record in trained:
+        (side,) = record.episode.branches
+        assert side.kind == RowKind.SIDE_CALL and side.spans == [1] and record.episode.chain == [0, 2]
+        account = record.tokens
+        assert account.sampled == account.trained > 0 and account.dropped == {}
 
 
 def test_train_steps_sync_weights_and_archive_every_rollout(stack, tiny_model, tmp_path):
