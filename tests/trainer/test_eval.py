@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.trainer.conftest import write_job
+from tests.trainer.test_train import veri_on_stack
 from veri.console.app import create_app
 from veri.console.settings import ConsoleSettings
 from veri.trainer.archive import ArchiveIndex, read_metrics
@@ -23,10 +24,7 @@ pytestmark = pytest.mark.slow
 
 
 def veri_eval(job: Path, stack, output: Path, *extra: str) -> subprocess.CompletedProcess:
-    policy, proxy = stack
-    command = [sys.executable, "-m", "veri.cli", "eval", str(job), "--sandbox", "local", "--proxy-url", proxy.url,
-               "--policy-url", policy.url, "--output", str(output), "--base-dir", str(job.parent), *extra]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+    return veri_on_stack("eval", job, stack, output, *extra)
 
 
 def test_eval_scores_a_checkpoint_through_the_stack_and_archives_it(stack, tiny_model, tmp_path):

@@ -20,11 +20,16 @@ from veri.trainer.weights.policy_admin import PolicyAdmin
 pytestmark = pytest.mark.slow
 
 
-def veri_train(job: Path, stack, output: Path, *extra: str) -> subprocess.CompletedProcess:
+def veri_on_stack(subcommand: str, job: Path, stack, output: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`veri train|eval JOB` as a user runs it, against the test stack with local sandboxes."""
     policy, proxy = stack
-    command = [sys.executable, "-m", "veri.cli", "train", str(job), "--sandbox", "local", "--proxy-url", proxy.url,
-               "--policy-url", policy.url, "--output", str(output), "--base-dir", str(job.parent), *extra]
+    command = [sys.executable, "-m", "veri.cli", subcommand, str(job), "--sandbox", "local", "--proxy-url",
+               proxy.url, "--policy-url", policy.url, "--output", str(output), "--base-dir", str(job.parent), *extra]
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+def veri_train(job: Path, stack, output: Path, *extra: str) -> subprocess.CompletedProcess:
+    return veri_on_stack("train", job, stack, output, *extra)
 
 
 def span_versions(job_dir: Path) -> dict[int, set[int]]:

@@ -5,17 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from veri.core import envs
-
-DEFAULT_PROXY_URL = "http://127.0.0.1:8000"
-DEFAULT_POLICY_URL = "http://127.0.0.1:8001"
-DEFAULT_LAUNCHER_URL = "http://127.0.0.1:8002"
+from veri.rollouts.stack_args import add_stack_arguments
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -46,21 +41,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--name", default=None, help="the eval archive's folder under --output"
                                                    " (default: <job>.eval-<checkpoint>-<time>)")
     run.add_argument("--output", type=Path, default=Path("build/jobs"), help="where job and eval folders live")
-    run.add_argument("--proxy-url", default=os.environ.get(envs.VERI_PROXY_URL, DEFAULT_PROXY_URL),
-                     help=f"the capture proxy (default ${envs.VERI_PROXY_URL} or {DEFAULT_PROXY_URL})")
-    run.add_argument("--policy-url", default=os.environ.get(envs.VERI_POLICY_URL, DEFAULT_POLICY_URL),
-                     help=f"the policy server(s), comma-separated (default ${envs.VERI_POLICY_URL} or"
-                          f" {DEFAULT_POLICY_URL}); it serves the evaluated weights afterwards")
-    run.add_argument("--control-token", default=os.environ.get(envs.VERI_CONTROL_TOKEN),
-                     help=f"the proxy's control token (default ${envs.VERI_CONTROL_TOKEN})")
-    run.add_argument("--sandbox", choices=["docker", "launcher", "local"], default="docker",
-                     help="docker: gVisor sandboxes from this process; launcher: the launcher service;"
-                          " local: plain subprocesses, for development only")
-    run.add_argument("--image", default=None, help="docker, launcher: the harness bundle's image")
-    run.add_argument("--launcher-url", default=os.environ.get(envs.VERI_LAUNCHER_URL, DEFAULT_LAUNCHER_URL),
-                     help=f"the launcher service (default ${envs.VERI_LAUNCHER_URL} or {DEFAULT_LAUNCHER_URL})")
-    run.add_argument("--base-dir", type=Path, default=None,
-                     help="where the config's relative paths start (default: the current directory)")
+    add_stack_arguments(run, policy_note="it serves the evaluated weights afterwards")
     run.set_defaults(func=_eval)
 
 

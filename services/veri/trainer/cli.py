@@ -14,12 +14,10 @@ import sys
 from pathlib import Path
 
 from veri.core import envs
+from veri.rollouts.stack_args import add_stack_arguments
 
 STOPPED_EXIT = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 
-DEFAULT_PROXY_URL = "http://127.0.0.1:8000"
-DEFAULT_POLICY_URL = "http://127.0.0.1:8001"
-DEFAULT_LAUNCHER_URL = "http://127.0.0.1:8002"
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -28,21 +26,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--resume", action="store_true", help="continue the job from its last checkpoint")
     train.add_argument("--name", default=None, help="job name: its folder under --output (default: the config's stem)")
     train.add_argument("--output", type=Path, default=Path("build/jobs"), help="where job folders live")
-    train.add_argument("--proxy-url", default=os.environ.get(envs.VERI_PROXY_URL, DEFAULT_PROXY_URL),
-                       help=f"the capture proxy (default ${envs.VERI_PROXY_URL} or {DEFAULT_PROXY_URL})")
-    train.add_argument("--policy-url", default=os.environ.get(envs.VERI_POLICY_URL, DEFAULT_POLICY_URL),
-                       help=f"the policy server(s), comma-separated: a vLLM job's every replica"
-                            f" (default ${envs.VERI_POLICY_URL} or {DEFAULT_POLICY_URL})")
-    train.add_argument("--control-token", default=os.environ.get(envs.VERI_CONTROL_TOKEN),
-                       help=f"the proxy's control token (default ${envs.VERI_CONTROL_TOKEN})")
-    train.add_argument("--sandbox", choices=["docker", "launcher", "local"], default="docker",
-                       help="docker: gVisor sandboxes from this process; launcher: through the launcher service;"
-                            " local: plain subprocesses, for development only")
-    train.add_argument("--image", default=None, help="docker, launcher: the harness bundle's image")
-    train.add_argument("--launcher-url", default=os.environ.get(envs.VERI_LAUNCHER_URL, DEFAULT_LAUNCHER_URL),
-                       help=f"the launcher service (default ${envs.VERI_LAUNCHER_URL} or {DEFAULT_LAUNCHER_URL})")
-    train.add_argument("--base-dir", type=Path, default=None,
-                       help="where the config's relative paths start (default: the current directory)")
+    add_stack_arguments(train, policy_note="a vLLM job's every replica")
     train.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                        help="serve the job's Prometheus metrics (GET /metrics) on this port while it runs"
                             " (default: off)")
