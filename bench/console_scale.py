@@ -112,7 +112,7 @@ def main() -> int:
         start = time.perf_counter()
         build(Path(state) / "jobs", args.model, args.rollouts, args.steps)
         print(f"built {args.rollouts} index rows over {args.steps} steps in {time.perf_counter() - start:.1f} s")
-        client = TestClient(create_app(ConsoleSettings(state_dir=Path(state))))
+        client = TestClient(create_app(ConsoleSettings(state_dir=Path(state))), base_url="http://127.0.0.1")
         client.get("/jobs/bench")  # warm: templates compiled, tokenizer loaded, SQLite pages cached
         client.get("/jobs/bench/steps/0/tasks/0/rollouts/0/tokens")
         filtered = ("/jobs/bench?step_min=100&step_max=400&status=completed&reward_min=0.3&reward_max=0.9"

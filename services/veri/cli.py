@@ -78,7 +78,28 @@ def _describe(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except Exception as error:
+        # An expected failure (a service refused or did not answer) is one line with its fix; the
+        # traceback goes to a log file, not to the user's terminal.
+        from veri.core.http import HttpCallError
+
+        if not isinstance(error, HttpCallError):
+            raise
+        print(f"veri: {error}\n  (traceback: {_traceback_file(error)})", file=sys.stderr)
+        return 1
+
+
+def _traceback_file(error: BaseException) -> str:
+    import tempfile
+    import traceback
+    from pathlib import Path
+
+    log = Path(tempfile.gettempdir()) / "veri-cli-errors.log"
+    with log.open("a") as out:
+        out.write(f"--- veri {' '.join(sys.argv[1:])}\n{''.join(traceback.format_exception(error))}")
+    return str(log)
 
 
 if __name__ == "__main__":

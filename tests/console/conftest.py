@@ -23,5 +23,5 @@ def state(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def client(state: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(ConsoleSettings(state_dir=state))) as opened:
+    with TestClient(create_app(ConsoleSettings(state_dir=state)), base_url="http://127.0.0.1") as opened:
         yield opened

@@ -206,14 +206,15 @@ def test_a_job_being_written_reads_running_and_an_old_index_is_named(tmp_path: P
     import sqlite3
 
     app = create_app(ConsoleSettings(state_dir=tmp_path))
-    with write_job(tmp_path / "jobs", "live", tiny_model, steps=1), TestClient(app) as client:
+    with (write_job(tmp_path / "jobs", "live", tiny_model, steps=1),
+          TestClient(app, base_url="http://127.0.0.1") as client):
         assert client.get("/api/jobs/live").json()["status"] == "running"
-    assert TestClient(app).get("/api/jobs/live").json()["status"] == "finished"
+    assert TestClient(app, base_url="http://127.0.0.1").get("/api/jobs/live").json()["status"] == "finished"
     db = sqlite3.connect(tmp_path / "jobs/live/index.sqlite")
     db.execute("PRAGMA user_version = 1")
     db.commit()
     db.close()
-    answer = TestClient(app).get("/jobs/live")
+    answer = TestClient(app, base_url="http://127.0.0.1").get("/jobs/live")
     assert answer.status_code == 503 and "rebuild it from the files" in answer.text
 
 
@@ -245,7 +246,7 @@ def test_a_job_with_a_log_but_no_index_yet(tmp_path: Path):
     folder = tmp_path / "jobs" / "starting" / "logs"
     folder.mkdir(parents=True)
     (folder / "train.log").write_text("2026-01-01T00:00:00.000Z job starting\n")
-    client = TestClient(create_app(ConsoleSettings(state_dir=tmp_path)))
+    client = TestClient(create_app(ConsoleSettings(state_dir=tmp_path)), base_url="http://127.0.0.1")
     assert client.get("/api/jobs").json()[0]["status"] == "unknown"
     page = client.get("/jobs/starting")
     assert page.status_code == 200 and 'id="archive-total">0<' in page.text

@@ -80,7 +80,7 @@ def test_eval_scores_a_checkpoint_through_the_stack_and_archives_it(stack, tiny_
     assert paired["tasks"] == 2 and paired["difference"] == pytest.approx(0.0) and paired["p_value"] == 1.0
 
     # The console shows a job's evals on its page (and an eval archive is a job page of its own).
-    with TestClient(create_app(ConsoleSettings(state_dir=tmp_path))) as console:
+    with TestClient(create_app(ConsoleSettings(state_dir=tmp_path)), base_url="http://127.0.0.1") as console:
         page = console.get("/jobs/trained")
         assert page.status_code == 200 and 'id="evals"' in page.text
         assert 'href="/jobs/ev1"' in page.text and "step-1" in page.text and "0.333" in page.text

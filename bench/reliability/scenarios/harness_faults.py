@@ -189,7 +189,7 @@ def faults_stack(docker_client: Any, model: Path, workdir: Path) -> Iterator[Fau
     control = _control_network(docker_client)
     gateway = control.attrs["IPAM"]["Config"][0]["Gateway"]
     token = secrets.token_hex(16)
-    policy = _policy_on(gateway, model)
+    policy = _policy_on(gateway, model, token)
     proxy = None
     try:
         name = f"veri-rel-proxy-{uuid.uuid4().hex[:6]}"
@@ -225,7 +225,7 @@ def _control_network(docker_client: Any) -> Any:
         return docker_client.networks.create(CONTROL_NETWORK, driver="bridge", check_duplicate=True)
 
 
-def _policy_on(host: str, model: Path) -> Any:
+def _policy_on(host: str, model: Path, token: str) -> Any:
     """`veri serve policy` bound to `host` (tests.servers binds loopback, which a container cannot reach)."""
     from tests.servers import RunningServer, free_port
 
@@ -235,7 +235,8 @@ def _policy_on(host: str, model: Path) -> Any:
     with open(log_path, "w") as log:
         process = subprocess.Popen([sys.executable, "-m", "veri.cli", "serve", "policy", "--model", str(model),
                                     "--threads", "1", "--host", host, "--port", str(port)],
-                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                   env={**os.environ, "VERI_CONTROL_TOKEN": token})  # a non-loopback bind needs one
     server = RunningServer(url=f"http://{host}:{port}", port=port, process=process, log_path=log_path)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:

@@ -179,7 +179,8 @@ def service_stack(docker_client: Any, model: Path, workdir: Path) -> Iterator[Se
         folder.mkdir(parents=True, exist_ok=True)
     spans.chmod(0o777)
     launcher_id = f"faults-{uuid.uuid4().hex[:6]}"
-    policy = HostService("policy", ["policy", "--model", str(model), "--threads", "1"], gateway, free_port(), logs)
+    policy = HostService("policy", ["policy", "--model", str(model), "--threads", "1"], gateway, free_port(), logs,
+                         env={"VERI_CONTROL_TOKEN": token})  # bound off loopback: a token (core/auth.py)
     launcher = HostService("launcher", ["launcher", "--network", NETWORK, "--launcher-id", launcher_id,
                                         "--output-root", str(workdir / "outputs")],
                            "127.0.0.1", free_port(), logs, env={"VERI_CONTROL_TOKEN": token})

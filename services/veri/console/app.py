@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException
 
 from veri.console import api_router, pages
 from veri.console.errors import NotFound
+from veri.console.guard import ConsoleGuard
 from veri.console.jobs import UNKNOWN
 from veri.console.protocol import BadQuery
 from veri.console.serving import ConsoleService
@@ -46,6 +47,8 @@ def create_app(settings: ConsoleSettings) -> FastAPI:
 
     registry = CollectorRegistry()
     app.add_middleware(RouteMetrics("veri_console", registry).middleware)
+    # Outermost: a foreign Host or a missing token is refused before anything else runs.
+    app.add_middleware(ConsoleGuard, allowed_hosts=settings.allowed_hosts, token=settings.token)
     jobs = Gauge("veri_console_jobs", "job folders under <state>/jobs, by status", ["status"], registry=registry)
 
     @app.get(METRICS_PATH)

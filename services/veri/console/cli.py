@@ -17,6 +17,11 @@ def register_serve(services: argparse._SubParsersAction) -> None:
                               f" (default ${envs.VERI_STATE_DIR}, or build/state)")
     console.add_argument("--host", default=DEFAULT_HOST)
     console.add_argument("--port", type=int, default=DEFAULT_PORT)
+    console.add_argument("--allowed-host", action="append", metavar="NAME",
+                         default=[name for name in os.environ.get(envs.VERI_CONSOLE_HOSTS, "").split(",") if name],
+                         help="a Host name to answer besides 127.0.0.1/localhost (a page under any other name is "
+                              "refused: DNS rebinding); repeatable "
+                              f"(default ${envs.VERI_CONSOLE_HOSTS}, comma-separated)")
     console.set_defaults(func=_serve)
 
 
@@ -27,8 +32,16 @@ def state_dir(given: Path | None) -> Path:
 def _serve(args: argparse.Namespace) -> int:
     import structlog
 
+    from veri.core.auth import BindRefused, refuse_open_bind
     from veri.core.logging import configure_service_logging
 
+    token = os.environ.get(envs.VERI_CONSOLE_TOKEN) or None
+    try:
+        refuse_open_bind(service="veri serve console", host=args.host, token=token,
+                         allow_env=envs.VERI_CONSOLE_LOOPBACK_PUBLISHED, token_env=envs.VERI_CONSOLE_TOKEN)
+    except BindRefused as refused:
+        print(refused)
+        return 2
     state = state_dir(args.state)
     if not state.is_dir():
         print(f"veri serve console: no state folder {state} (give --state, the folder holding jobs/)")
@@ -42,5 +55,6 @@ def _serve(args: argparse.Namespace) -> int:
 
     structlog.get_logger("veri.console").info("console starting", url=f"http://{args.host}:{args.port}",
                                               jobs=str(state.resolve() / "jobs"))
-    serve(ConsoleSettings(state_dir=state.resolve()), args.host, args.port)
+    serve(ConsoleSettings(state_dir=state.resolve(), allowed_hosts=tuple(args.allowed_host), token=token),
+          args.host, args.port)
     return 0

@@ -13,6 +13,8 @@ DEFAULT_PORT = 8300
 class ConsoleSettings:
     state_dir: Path  # the stack's state folder; jobs are <state_dir>/jobs/<name>/
     log_poll_s: float = 0.5  # how often a live log stream looks for new lines
+    allowed_hosts: tuple[str, ...] = ()  # Host names answered besides loopback (console/guard.py)
+    token: str | None = None  # when set, every request but /health must bear it (console/guard.py)
 
     @property
     def jobs_dir(self) -> Path:

@@ -43,6 +43,10 @@ VERI_CHAT_TEMPLATE_KWARGS = "VERI_CHAT_TEMPLATE_KWARGS"
 VERI_PROJECT = "VERI_PROJECT"  # compose project name of make up / train / down (default veri)
 VERI_PROXY_PORT = "VERI_PROXY_PORT"  # host port (on 127.0.0.1) the proxy is published on (default 8000)
 VERI_CONSOLE_PORT = "VERI_CONSOLE_PORT"  # host port (on 127.0.0.1) of the web console (default 8300)
+VERI_CONSOLE_TOKEN = "VERI_CONSOLE_TOKEN"  # the console's token (needed when it binds a non-loopback address)
+VERI_CONSOLE_HOSTS = "VERI_CONSOLE_HOSTS"  # comma-separated Host names the console answers besides loopback
+# 1: the console binds 0.0.0.0 in a container whose port is published on 127.0.0.1 only (compose)
+VERI_CONSOLE_LOOPBACK_PUBLISHED = "VERI_CONSOLE_LOOPBACK_PUBLISHED"
 VERI_PROXY_WORKERS = "VERI_PROXY_WORKERS"  # the stack proxy's gunicorn worker processes (default 2)
 VERI_RUNTIME_IMAGE = "VERI_RUNTIME_IMAGE"  # the image veri's services run in (default veri/runtime)
 # Rollouts on a Kubernetes cluster (VERI_LAUNCHER_BACKEND=kubernetes, VERI_LAUNCHER_KUBECONFIG,
@@ -78,6 +82,12 @@ VERI_ROLLOUT_INDEX = "VERI_ROLLOUT_INDEX"
 VERI_ROLLOUT_ID = "VERI_ROLLOUT_ID"
 VERI_MAX_TURNS = "VERI_MAX_TURNS"
 VERI_OUTPUT_DIR = "VERI_OUTPUT_DIR"
+# Every variable a launch request may set (the launcher adds the egress ones below itself).
+HARNESS_CONTRACT = frozenset({
+    OPENAI_BASE_URL, OPENAI_API_KEY, ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN,
+    VERI_POLICY_BASE_URL, VERI_POLICY_MODEL, VERI_TASK_INPUT, VERI_TASK, VERI_TASK_INDEX, VERI_ROLLOUT_INDEX,
+    VERI_ROLLOUT_ID, VERI_MAX_TURNS, VERI_OUTPUT_DIR,
+})
 # Set for bundles with egress "open" or a host list (core/egress.py): the egress gateway, with the
 # sandbox's pass; the capture proxy's host in NO_PROXY. Both spellings: curl reads only lower-case http_proxy.
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")

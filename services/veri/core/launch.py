@@ -4,9 +4,11 @@ else about sandboxes leaks out of services/veri/launcher/."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from veri.core.envs import HARNESS_CONTRACT
 from veri.core.episodes import RolloutStatus
+from veri.core.ids import RolloutId
 
 
 class SandboxLimits(BaseModel):
@@ -27,12 +29,22 @@ class RolloutLaunch(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    rollout_id: str
+    rollout_id: RolloutId
     image: str = Field(description="the harness bundle's image (veri harness build)")
     env: dict[str, str] = Field(description="exactly the harness contract's variables (core.harness.rollout_env)")
     timeout_s: float = Field(gt=0, description="past it the whole sandbox is killed: status truncated")
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
     labels: dict[str, str] = Field(default_factory=dict, description="e.g. job, task_index, rollout_index")
+
+    @field_validator("env")
+    @classmethod
+    def _only_the_contract(cls, env: dict[str, str]) -> dict[str, str]:
+        # A launch request cannot set LD_PRELOAD, PATH and the like inside a sandbox: only the contract.
+        outside = sorted(set(env) - HARNESS_CONTRACT)
+        if outside:
+            raise ValueError(f"env names {', '.join(outside)}, outside the harness contract (core/envs.py); "
+                             "a rollout gets only the contract's variables: pass task data in VERI_TASK")
+        return env
 
 
 class GroupLaunch(BaseModel):

@@ -11,6 +11,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from veri.core.ids import RolloutId
+
 
 class PromptSource(StrEnum):
     """How the proxy built a span's prompt ids."""
@@ -136,7 +138,7 @@ class SessionCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    rollout_id: str | None = None
+    rollout_id: RolloutId | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     record_requests: bool = Field(
         default=False, description="keep the harness's requests as sent (for `veri replay record`)"

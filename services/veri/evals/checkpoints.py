@@ -99,7 +99,7 @@ def weights_to_load(checkpoint: Checkpoint, config: JobConfig, scratch: Path, sh
 
 
 def load_into_policy(config: JobConfig, weights: Path, policy_urls: list[str], *,
-                     timeout_s: float = 600.0) -> int | None:
+                     timeout_s: float = 600.0, token: str | None = None) -> int | None:
     """Every policy server loads `weights`; returns the hf server's new version (vLLM: None)."""
     from veri.core.http import HttpCallError
 
@@ -107,7 +107,7 @@ def load_into_policy(config: JobConfig, weights: Path, policy_urls: list[str], *
         if config.backend == Backend.HF:
             from veri.trainer.weights.policy_admin import PolicyAdmin
 
-            admin = PolicyAdmin(policy_urls[0], timeout_s=timeout_s)
+            admin = PolicyAdmin(policy_urls[0], timeout_s=timeout_s, token=token)
             try:
                 return admin.update_weights(weights.resolve())
             finally:

@@ -122,7 +122,7 @@ def run_eval(config: JobConfig, checkpoint: Checkpoint, options: EvalOptions) ->
     # The libraries' noise goes to the eval's own log, only once that folder is known to be new.
     with quiet_libraries(layout.libraries_log), JobArchive(train.output_root, train.job_name) as archive:
         weights = weights_to_load(checkpoint, config, layout.weights, shared=train.output_root)
-        version = load_into_policy(config, weights, train.policy_urls)
+        version = load_into_policy(config, weights, train.policy_urls, token=train.control_token)
         if weights.is_relative_to(layout.weights):  # a copy made for the server, which holds the weights now
             shutil.rmtree(weights, ignore_errors=True)
             weights = checkpoint.folder

@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +54,10 @@ class RunOptions:
     launcher_url: str | None = None  # sandbox launcher: the stack's launcher service
 
 
-def ensure_stack(options: RunOptions) -> None:
-    """The proxy answers, or (docker, in a checkout) `make up` brings the stack up."""
+def ensure_stack(options: RunOptions) -> bool:
+    """The proxy answers, or (docker, in a checkout) `make up` brings the stack up (True: it did)."""
     if _healthy(options.proxy_url):
-        return
+        return False
     if options.sandbox != "docker" or not options.start_stack or not (REPO_ROOT / "Makefile").exists():
         raise RunHarnessError(f"no capture proxy at {options.proxy_url}: start the stack (`make up`) "
                               "or pass --proxy-url")
@@ -65,6 +65,7 @@ def ensure_stack(options: RunOptions) -> None:
     done = subprocess.run(["make", "--no-print-directory", "up"], cwd=REPO_ROOT)
     if done.returncode != 0 or not _healthy(options.proxy_url):
         raise RunHarnessError("`make up` did not bring the stack up; see its output above")
+    return True
 
 
 def _healthy(url: str) -> bool:
@@ -88,7 +89,9 @@ def image_for(options: RunOptions) -> str:
 
 def run(options: RunOptions) -> list[CollectedRollout]:
     manifest = load_manifest(options.bundle)
-    ensure_stack(options)
+    if ensure_stack(options) and not os.environ.get(envs.VERI_CONTROL_TOKEN):
+        # `make up` made a new control token: the one read before it belongs to the stack that was down.
+        options = replace(options, control_token=default_control_token())
     image = image_for(options)
     control = ControlClient(options.proxy_url, token=options.control_token)
     backend = None if options.sandbox == "launcher" else _backend(options.sandbox)

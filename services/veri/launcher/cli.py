@@ -56,8 +56,14 @@ def register_serve(services: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from veri.core.auth import BindRefused, refuse_open_bind
     from veri.core.logging import configure_service_logging
 
+    try:
+        refuse_open_bind(service="veri serve launcher", host=args.host, token=os.environ.get(envs.VERI_CONTROL_TOKEN))
+    except BindRefused as refused:
+        print(refused, file=sys.stderr)
+        return 2
     configure_service_logging("launcher")
     from veri.launcher.app import serve
     from veri.launcher.errors import LauncherError

@@ -3,11 +3,11 @@ check every group route depends on."""
 
 from __future__ import annotations
 
-import secrets
 from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Request
 
+from veri.core.auth import bearer, refusal
 from veri.launcher.backend import GatedBackend
 from veri.launcher.settings import LauncherSettings
 
@@ -24,10 +24,10 @@ SettingsDep = Annotated[LauncherSettings, Depends(launcher_settings)]
 BackendDep = Annotated[GatedBackend, Depends(gated_backend)]
 
 
-def require_token(settings: SettingsDep, authorization: Annotated[str | None, Header()] = None) -> None:
-    """401 unless the launcher has no token or the request bears it (`Authorization: Bearer <token>`)."""
-    if not settings.token:
-        return
-    scheme, _, value = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(value.strip(), settings.token):
-        raise HTTPException(status_code=401, detail="launcher token required (Authorization: Bearer ...)")
+def require_token(request: Request, settings: SettingsDep,
+                  authorization: Annotated[str | None, Header()] = None) -> None:
+    """401 unless the request bears the launcher's token, or (no token set) comes from loopback."""
+    why = refusal(token=settings.token, presented=bearer(authorization),
+                  client_host=request.client.host if request.client else None, what="the launcher's group routes")
+    if why:
+        raise HTTPException(status_code=401, detail=why)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
+
+from veri.core import envs
 
 
 def register_serve(services: argparse._SubParsersAction) -> None:
@@ -25,6 +28,13 @@ def register_serve(services: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from veri.core.auth import BindRefused, refuse_open_bind
+
+    try:
+        refuse_open_bind(service="veri serve policy", host=args.host, token=os.environ.get(envs.VERI_CONTROL_TOKEN))
+    except BindRefused as refused:
+        print(refused, file=sys.stderr)
+        return 2
     from veri.policy.hf.server import serve
 
     options = {
@@ -33,6 +43,7 @@ def _serve(args: argparse.Namespace) -> int:
         "max_batch_rows": args.max_batch_rows,
         "max_logprobs": args.max_logprobs,
         "scripted_replies": args.scripted_replies,
+        "token": os.environ.get(envs.VERI_CONTROL_TOKEN) or None,
     }
     if args.threads is not None:
         options["threads"] = args.threads

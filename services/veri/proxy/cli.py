@@ -82,6 +82,13 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers < 1:
         print(f"veri serve proxy: --workers {args.workers}: give 1 or more", file=sys.stderr)
         return 2
+    from veri.core.auth import BindRefused, refuse_open_bind
+
+    try:
+        refuse_open_bind(service="veri serve proxy", host=args.host, token=os.environ.get(envs.VERI_CONTROL_TOKEN))
+    except BindRefused as refused:
+        print(refused, file=sys.stderr)
+        return 2
     configure_service_logging("proxy", libraries=("transformers",))
     # A fresh multiprocess folder per start, set before prometheus-client is imported: workers come and
     # go (gunicorn replaces a dead one), the counts stay; an inherited folder would mix in another run's.

@@ -109,8 +109,8 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
     progress, versions = StepProgress(watched_archive, display=display, timeline=timeline), PolicyVersions()
     callbacks: list[Any] = [TrainerPhases(timeline)]
     if config.backend == Backend.HF:
-        callbacks.append(HfWeightSync(PolicyAdmin(options.policy_urls[0]), folders.weights, versions,
-                                      report=archive.log, timing=progress.timing))
+        admin = PolicyAdmin(options.policy_urls[0], token=options.control_token)
+        callbacks.append(HfWeightSync(admin, folders.weights, versions, report=archive.log, timing=progress.timing))
     callbacks.append(StepMetricsCallback(progress))  # after the sync: see `ui.progress`
     reward_funcs, reward_weights = trl_reward_funcs(functions)
     with RewardScorer(functions, config.reward_timeout_s) as scorer:

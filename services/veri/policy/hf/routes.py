@@ -7,8 +7,9 @@ import dataclasses
 import time
 from pathlib import Path
 
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, Response
 
+from veri.core.auth import bearer, refusal
 from veri.core.policy_api import CompletionRequest, CompletionResponse, PolicyVersionResponse, UpdateWeightsRequest
 from veri.policy.hf.batcher import Batcher
 from veri.policy.hf.loader import LoadedModel
@@ -64,7 +65,15 @@ async def policy_version(request: Request) -> PolicyVersionResponse:
     return PolicyVersionResponse(policy_version=_batcher(request).policy_version)
 
 
-@router.post("/update_weights")
+def require_control(request: Request) -> None:
+    """The weight route is a control route: the stack's token, or loopback clients without one."""
+    why = refusal(token=request.app.state.settings.token, presented=bearer(request.headers.get("authorization")),
+                  client_host=request.client.host if request.client else None, what="weight updates")
+    if why:
+        raise HTTPException(status_code=401, detail=why)
+
+
+@router.post("/update_weights", dependencies=[Depends(require_control)])
 async def update_weights(body: UpdateWeightsRequest, request: Request) -> PolicyVersionResponse:
     update = await asyncio.to_thread(read_update, Path(body.path), _model(request).model)
     update = dataclasses.replace(update, version=body.policy_version)

@@ -29,6 +29,8 @@ class PolicySettings(BaseModel):
     max_batch_rows: int = Field(default=64, ge=1, description="rows (prompt x n) decoded together at most")
     max_logprobs: int = Field(default=20, ge=0, description="largest `logprobs` a request may ask for (vLLM's cap)")
     scripted_replies: Path | None = Field(default=None, description="test-only: teacher-forced replies (scripted.py)")
+    token: str | None = Field(default=None, description="bearer token of POST /update_weights (None: loopback "
+                                                        "clients only); the stack's VERI_CONTROL_TOKEN")
 
     @property
     def model_name(self) -> str:

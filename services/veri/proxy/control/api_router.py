@@ -8,12 +8,10 @@ Sandboxes never see the token and never reach these routes through the policy UR
 
 from __future__ import annotations
 
-import ipaddress
-import secrets
-
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
+from veri.core.auth import bearer, refusal
 from veri.core.records import CaptureConfig, RecordedRequest, ReplicaStats, SessionCreate, SessionInfo, Span
 from veri.proxy.deps import capture_service, parse_body
 from veri.proxy.errors import ControlUnauthorized
@@ -23,20 +21,11 @@ from veri.proxy.store import SessionRow
 
 
 def require_control(request: Request) -> None:
-    token = capture_service(request).settings.control_token
-    if token:
-        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(presented.strip(), token):
-            raise ControlUnauthorized("control routes need the stack's control token (Authorization: Bearer ...)")
-        return
-    host = request.client.host if request.client else ""
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        raise ControlUnauthorized("no control token is configured: control routes accept loopback clients only; "
-                                  "set VERI_CONTROL_TOKEN to allow remote trainers")
+    why = refusal(token=capture_service(request).settings.control_token,
+                  presented=bearer(request.headers.get("authorization")),
+                  client_host=request.client.host if request.client else None, what="control routes")
+    if why:
+        raise ControlUnauthorized(why)
 
 
 class PolicyVersionUpdate(BaseModel):

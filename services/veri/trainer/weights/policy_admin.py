@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from veri.core import envs
 from veri.core.http import HttpCallError, JsonClient
 from veri.core.policy_api import PolicyVersionResponse, UpdateWeightsRequest
 
@@ -15,10 +17,13 @@ class PolicyAdminError(HttpCallError):
 
 
 class PolicyAdmin:
-    def __init__(self, base_url: str, *, timeout_s: float = 600.0) -> None:
+    def __init__(self, base_url: str, *, timeout_s: float = 600.0, token: str | None = None) -> None:
         # Long timeout: the server applies an update between decode steps, after in-flight rows finish.
         # A restarting server refuses connections for a while: those are retried (they never reached it).
-        self._json = JsonClient(base_url, service="policy server", timeout_s=timeout_s, error=PolicyAdminError,
+        # The weight route wants the stack's control token (the trainer's environment carries it).
+        token = token or os.environ.get(envs.VERI_CONTROL_TOKEN) or None
+        self._json = JsonClient(base_url, service="policy server", token=token, timeout_s=timeout_s,
+                                error=PolicyAdminError,
                                 retries=CONNECT_RETRIES,
                                 unreachable_fix="start it first (make up), or pass its URL: --policy-url")
 
