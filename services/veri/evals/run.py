@@ -26,9 +26,10 @@ from veri.evals.summary import summarize
 from veri.proxy.control_client import ControlClient
 from veri.rewards import RewardInputs, RewardScorer, load_reward_functions
 from veri.rollouts.collect import CollectedRollout, GroupCollector
+from veri.rollouts.stack import check_reachable, launch_settings, rollout_runner
 from veri.trainer.archive import ArchiveLayout, JobArchive, step_metrics
 from veri.trainer.archive.layout import atomic_write
-from veri.trainer.job import TrainOptions, _check_reachable, _launch_settings, _runner
+from veri.trainer.job import TrainOptions
 
 Tasks = list[tuple[int, dict[str, Any]]]  # (task index, dataset row)
 EVAL_STEP = 0  # every rollout of an eval is filed under step 0 (eval.json says which weights)
@@ -112,8 +113,8 @@ def run_eval(config: JobConfig, checkpoint: Checkpoint, options: EvalOptions) ->
     if options.held_out_of is not None:
         tasks = held_out(tasks, options.held_out_of, split=options.split is not None)
     functions = load_reward_functions(config.rewards, sorted({key for _, row in tasks for key in row}))
-    settings = _launch_settings(config, train)
-    _check_reachable(train)
+    settings = launch_settings(config, train)
+    check_reachable(train)
     control = ControlClient(train.proxy_url, token=train.control_token)
     check_sampling(control, temperature)
     layout = _new_archive(train.output_root, train.job_name)
@@ -137,7 +138,7 @@ def run_eval(config: JobConfig, checkpoint: Checkpoint, options: EvalOptions) ->
                     f" temperature {temperature:g}, policy version {version}")
         from transformers import AutoTokenizer
 
-        collector = GroupCollector(control, _runner(train, layout), settings,
+        collector = GroupCollector(control, rollout_runner(train, layout.outputs), settings,
                                    max_response_length=config.max_response_length,
                                    decoder=AutoTokenizer.from_pretrained(config.model))
         started = time.monotonic()

@@ -14,7 +14,8 @@
     │   └── PolicyAdminError         the hf policy server's weight routes (weights/policy_admin.py)
     ├── ProblemsError                (core/problems.py) the job config, dataset or reward functions, each
     │                                problem with its fix
-    └── LauncherError                (launcher/errors.py) in-process sandboxes: no docker, no gVisor, no image
+    ├── LauncherError                (launcher/errors.py) in-process sandboxes: no docker, no gVisor, no image
+    └── StackError                   (rollouts/stack.py) a stack flag missing, a service not reachable
 
 The leaves of the other trees stay where their services raise them; the trainer names them here.
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 from veri.core.http import HttpCallError
 from veri.core.problems import ProblemsError
 from veri.launcher.errors import LauncherError
+from veri.rollouts.errors import StackError
 
 
 class TrainerError(RuntimeError):
@@ -46,4 +48,5 @@ class WeightSyncError(TrainerError):
     """The policy server's weights are not the ones the trainer pushed (another writer, a version mismatch)."""
 
 
-TRAIN_FAILURES: tuple[type[Exception], ...] = (TrainerError, HttpCallError, ProblemsError, LauncherError)
+TRAIN_FAILURES: tuple[type[Exception], ...] = (TrainerError, HttpCallError, ProblemsError, LauncherError,
+                                               StackError)

@@ -14,18 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from veri.core import envs
 from veri.core.config import Backend, JobConfig
 from veri.core.dataset import read_dataset
 from veri.core.http import HttpCallError
 from veri.core.layout import GpuLayout, LayoutError, WeightSync, plan_from_env
-from veri.launcher.errors import LauncherError
 from veri.proxy.control_client import ControlClient
 from veri.rewards import RewardScorer, load_reward_functions
 from veri.rollouts.collect import GroupCollector, LaunchSettings
-from veri.rollouts.runner import BackendRunner, RolloutRunner, launcher_runner, sandbox_backend
+from veri.rollouts.stack import check_reachable, launch_settings, rollout_runner
 from veri.trainer.archive import ArchiveLayout, JobArchive, latest_checkpoint, prepare_resume
 from veri.trainer.errors import JobError
 from veri.trainer.gpu_stack import gpu_stack_problems
@@ -72,8 +69,8 @@ def _run_job(config: JobConfig, options: TrainOptions, metrics: TrainerMetrics |
     if config.backend == Backend.VLLM and (problems := gpu_stack_problems()):
         raise JobError("the vLLM backend needs the GPU stack's versions:\n  " + "\n  ".join(problems))
     plan = _plan(config) if config.backend == Backend.VLLM else None
-    settings = _launch_settings(config, options)
-    _check_reachable(options)
+    settings = launch_settings(config, options)
+    check_reachable(options)
     with JobArchive(options.output_root, options.job_name) as archive:
         folders = archive.layout
         checkpoint = _line_up(archive, folders, options.resume)
@@ -102,7 +99,7 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
     bars = TrainingBars()
     watched_archive, display = observed(archive, bars, metrics)
     collector = GroupCollector(
-        control, _runner(options, folders), settings,
+        control, rollout_runner(options, folders.outputs), settings,
         max_response_length=config.max_response_length, decoder=tokenizer,
     )
     timeline = StepTimeline(archive.write_timeline, running=running_calls(collector, control))
@@ -193,30 +190,6 @@ def _wake_policy(sync: FilesystemSync, archive: JobArchive) -> None:
                     " restarts them")
 
 
-def _runner(options: TrainOptions, folders: ArchiveLayout) -> RolloutRunner:
-    if options.sandbox == "launcher":
-        if not options.launcher_url:
-            raise JobError("--sandbox launcher needs --launcher-url")
-        return launcher_runner(options.launcher_url, token=options.control_token, subdir=options.job_name)
-    try:
-        return BackendRunner(sandbox_backend(options.sandbox), folders.outputs)
-    except (ImportError, LauncherError) as error:  # no Docker SDK / daemon / gVisor: the backend says what to do
-        raise JobError(f"sandbox {options.sandbox!r} unavailable: {error}") from error
-
-
-def _launch_settings(config: JobConfig, options: TrainOptions) -> LaunchSettings:
-    if options.sandbox == "local":
-        image = str(config.harness_bundle)  # the local backend runs the bundle folder itself
-    elif options.image:
-        image = options.image
-    else:
-        raise JobError(f"--sandbox {options.sandbox} needs --image: the harness bundle's image (veri harness build)")
-    return LaunchSettings(
-        image=image, model_name=config.model.name, max_turns=config.max_turns, timeout_s=config.harness_timeout_s,
-        max_parallel=config.max_parallel_rollouts, labels={"job": options.job_name},
-    )
-
-
 def _line_up(archive: JobArchive, folders: ArchiveLayout, resume: bool) -> Path | None:
     """The checkpoint to resume from (None: step 0); refuses to start over an existing job unasked."""
     if resume:
@@ -233,12 +206,3 @@ def _save_final(trainer: Any, folder: Path) -> Path:
     from veri.trainer.weights.state import save_final_model
 
     return save_final_model(trainer.model, trainer.processing_class, folder)
-
-
-def _check_reachable(options: TrainOptions) -> None:
-    for name, url in (("capture proxy", options.proxy_url), *(("policy server", url) for url in options.policy_urls)):
-        try:
-            httpx.get(f"{url.rstrip('/')}/health", timeout=10).raise_for_status()
-        except httpx.HTTPError as error:
-            raise JobError(f"the {name} at {url} is not reachable ({error}): start it first"
-                           f" (or pass its URL: --{'proxy' if 'proxy' in name else 'policy'}-url)") from error
