@@ -53,7 +53,8 @@ def test_rows_match_the_archive_token_for_token(jobs: Path, capsys: pytest.Captu
     assert [line["row_kind"] for line in side] == ["main", "side_call"]
     assert side[0]["input_ids"] == [1, 2, 3, 99, 5, 6, 99] and side[0]["completion_mask"] == [0, 0, 1, 1, 0, 1, 1]
     assert side[1]["input_ids"] == [7, 8, 9, 99] and side[1]["completion_mask"] == [0, 0, 1, 1]
-    assert side[1]["messages"][0]["content"] == "You write short titles." and side[1]["messages"][-1]["content"] == "a title"
+    assert side[1]["messages"][0]["content"] == "You write short titles."
+    assert side[1]["messages"][-1]["content"] == "a title"
     # every sampled token trained by GRPO is trained here once: the mask's ones are the records' trained tokens
     trained = sum(record.tokens.trained for step, records in steps().items() if step < 3 for record in records)
     assert sum(sum(line["completion_mask"]) for line in lines) == trained
