@@ -142,12 +142,28 @@ def sft_trainer(config: SftConfig, rows: dict[str, list[list[int]]] | None = Non
 
 def run_sft(config: SftConfig, *, log: Any = print) -> dict[str, Any]:
     """Fine-tune, save the model into `output_dir`, write sft.json; returns what sft.json holds."""
+    import datasets
+    from transformers import PrinterCallback, TrainerCallback
+
     from veri.trainer.ui.quiet import quiet_libraries
+
+    class StepLines(TrainerCallback):  # one line per logged step instead of the Trainer's printed dicts
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
+            if logs and "loss" in logs:
+                log(f"veri sft: step {state.global_step}/{state.max_steps} loss {float(logs['loss']):.4f}")
 
     config.output_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
+    bars = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
     with quiet_libraries(config.output_dir / "libraries.log"):
-        trainer = sft_trainer(config)
+        try:
+            trainer = sft_trainer(config)
+        finally:
+            if bars:
+                datasets.enable_progress_bars()
+        trainer.remove_callback(PrinterCallback)
+        trainer.add_callback(StepLines())
         dataset = trainer.train_dataset
         log(f"veri sft: {len(dataset)} rows, {sum(len(ids) for ids in dataset['input_ids'])} tokens,"
             f" {sum(sum(label != -100 for label in labels) for labels in dataset['labels'])} trained;"
