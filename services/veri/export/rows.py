@@ -110,11 +110,16 @@ class ExportSummary:
         steps = f"{self.steps[0]}..{self.steps[-1]}" if self.steps else "none"
         skipped = ", ".join(f"{why} {count}" for why, count in sorted(self.skipped.items())) or "none"
         return "\n".join([
-            f"{self.out}: {self.rows} rows ({kinds or 'none'}) from {self.rollouts} rollouts of {self.job},"
+            f"{self.out}: {_count(self.rows, 'row')} ({kinds or 'none'}) from {_count(self.rollouts, 'rollout')}"
+            f" of {self.job},"
             f" steps {steps}",
             f"tokens: {self.tokens}, trained (completion_mask 1) {self.trained_tokens}",
             f"rollouts left out: {skipped}",
         ])
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def sft_lines(layout: ArchiveLayout, *, min_reward: float | None = None, steps: StepRange | None = None,
