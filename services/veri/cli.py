@@ -14,6 +14,7 @@ from veri.appliance import cli as appliance_cli
 from veri.console import cli as console_cli
 from veri.egress import cli as egress_cli
 from veri.evals import cli as evals_cli
+from veri.export import cli as export_cli
 from veri.harness import cli as harness_cli
 from veri.launcher import cli as launcher_cli
 from veri.models import cli as models_cli
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay_cli.register(commands)
     trainer_cli.register(commands)
     evals_cli.register(commands)
+    export_cli.register(commands)
     appliance_cli.register(commands)
     webfixture_cli.register(commands)
     _describe(parser)
