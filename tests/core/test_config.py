@@ -201,6 +201,22 @@ def test_a_bad_max_staleness_names_the_field(job_dir: Path, value, message):
     assert message in found["max_staleness"]
 
 
+def test_eval_every_and_eval_dataset_act_only_together(job_dir: Path):
+    (job_dir / "held_out.jsonl").write_text('{"prompt": "held out"}\n')
+    ok = check_config(write_job(job_dir, job(eval_every=2, eval_dataset={"path": "held_out.jsonl"})), base_dir=job_dir)
+    assert ok.problems == [] and ok.config.eval_dataset.path == job_dir / "held_out.jsonl"
+    assert any("eval_dataset: 1 tasks x 1 every 2 steps" in note for note in ok.notes)
+    found = problems_by_place(check_config(write_job(job_dir, job(eval_every=2)), base_dir=job_dir))
+    assert "eval_dataset: {path: held_out.jsonl}" in found["eval_every"]
+    unused = problems_by_place(check_config(write_job(job_dir, job(eval_dataset={"path": "held_out.jsonl"})),
+                                            base_dir=job_dir))
+    assert "never used" in unused["eval_dataset"] and "eval_every: K" in unused["eval_dataset"]
+    missing = check_config(write_job(job_dir, job(eval_every=1, eval_dataset={"path": "nope.jsonl"})), base_dir=job_dir)
+    assert any(problem.where.startswith("eval_dataset") for problem in missing.problems)
+    negative = problems_by_place(check_config(write_job(job_dir, job(eval_every=-1)), base_dir=job_dir))
+    assert "greater than or equal to 0" in negative["eval_every"]
+
+
 def test_an_importance_sampling_cap_at_or_below_one_is_refused(job_dir: Path):
     found = problems_by_place(check_config(write_job(job_dir, job(importance_sampling_cap=1.0)), base_dir=job_dir))
     assert "greater than 1" in found["importance_sampling_cap"]

@@ -3,6 +3,7 @@ capture proxy and hf policy server, TRL GRPO steps, weight sync after every step
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -155,3 +156,34 @@ def test_the_console_shows_veri_lines_and_the_libraries_log_keeps_the_rest(stack
     # The deprecations and TRL's notice about rollout_func are kept, in the job's libraries log.
     libraries = (tmp_path / "jobs" / "job" / "logs" / "libraries.log").read_text()
     assert "FutureWarning" in libraries and "experimental feature" in libraries, libraries[-3000:]
+
+
+def test_eval_every_evaluates_the_held_out_tasks_after_the_sync(stack, tiny_model, tmp_path):
+    """Issue 22 item 2: `eval_every: 1` runs the eval_dataset after each step's weight sync: eval/... on the
+    step's metrics line next to the training reward, an eval archive per policy version beside the job, which
+    the console lists on the job page; its rollouts were sampled by the weights just trained."""
+    job = write_job(tmp_path / "job", tiny_model, max_steps=2, eval_every=1, eval_samples=2,
+                    eval_dataset={"path": "held_out.jsonl"})
+    write_tasks(job.parent / "held_out.jsonl", [{"prompt": "Look up the held-out answer.", "expected": "beta"}])
+    result = veri_train(job, stack, tmp_path / "jobs")
+    assert result.returncode == 0, result.stderr[-6000:]
+    assert "eval reward mean" in result.stdout
+    metrics = read_metrics(tmp_path / "jobs" / "job" / "metrics.jsonl")
+    assert [line["eval/policy_version"] for line in metrics] == [1, 2]
+    for line in metrics:
+        assert line["eval/rollouts"] == 2 and 0 <= line["eval/reward/mean"] <= 1 and "eval/reward/pass_at_1" in line
+        assert "reward/mean" in line and line["time/eval_s"] > 0
+    for version in (1, 2):
+        folder = tmp_path / "jobs" / f"job-eval-step-{version}"
+        summary = json.loads((folder / "eval.json").read_text())
+        assert summary["job"] == "job" and summary["policy_version"] == version and summary["rollouts"] == 2
+        assert summary["reward_mean"]["reward"] == metrics[version - 1]["eval/reward/mean"]
+        with ArchiveIndex(folder) as index:
+            records = [index.read_rollout(row["path"]) for row in index.rollouts(limit=10)]
+        assert len(records) == 2 and all(record.task_index == 0 for record in records)
+        assert {span.policy_version for record in records for span in record.spans} == {version}
+    assert span_versions(tmp_path / "jobs" / "job") == {0: {0}, 1: {1}}  # training's own spans, unchanged
+    from veri.console.jobs import JobFolders
+
+    evals = JobFolders(tmp_path / "jobs").evals_of("job")
+    assert [entry["name"] for entry in evals] == ["job-eval-step-2", "job-eval-step-1"]

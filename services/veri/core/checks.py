@@ -167,6 +167,26 @@ def _staleness(config: JobConfig, context: CheckContext) -> list[Problem]:
     return problems
 
 
+def _evals(config: JobConfig, context: CheckContext) -> list[Problem]:
+    """eval_every and eval_dataset act only together; the eval tasks must be readable before step 0."""
+    if config.eval_every and config.eval_dataset is None:
+        return [Problem("eval_every", f"is {config.eval_every} but no eval_dataset says which tasks to evaluate",
+                        "add `eval_dataset: {path: held_out.jsonl}` (tasks the job does not train on), or"
+                        " `eval_every: 0`")]
+    if config.eval_dataset is None:
+        return []
+    if not config.eval_every:
+        return [Problem("eval_dataset", "is set but eval_every is 0, so it is never used",
+                        "set `eval_every: K` (an eval every K steps), or remove `eval_dataset`")]
+    try:
+        rows = read_dataset(config.eval_dataset)
+    except ProblemsError as error:
+        return [Problem(f"eval_dataset{'.' + p.where if p.where else ''}", p.message, p.fix)
+                for p in error.problems]
+    context.notes.append(f"eval_dataset: {len(rows)} tasks x {config.eval_samples} every {config.eval_every} steps")
+    return []
+
+
 # TRL loss types that average each row's tokens before the batch mean: a rollout with several rows
 # (sub-agents, side calls: docs/branches.md) then weighs more than one with a single row.
 _PER_ROW_LOSSES = ("grpo", "sapo", "luspo")
@@ -301,6 +321,7 @@ CHECKS: list[tuple[tuple[str, ...], Check]] = [
     (("model", "max_model_len", "max_response_length"), _context_length),
     (("grpo",), _grpo),
     (("grpo",), _loss_type),
+    (("eval_every", "eval_dataset", "eval_samples"), _evals),
     (("backend", "model", "vllm_tensor_parallel_size", "vllm_data_parallel_size", "vllm_gpu_memory_utilization",
       "weight_sync", "device", "vllm_sleep_mode", "max_model_len", "max_response_length", "lora_rank", "kl_coef",
       "grpo"), _layout),

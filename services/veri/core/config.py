@@ -129,6 +129,15 @@ class JobConfig(BaseModel):
         description="trainer: per-token importance ratio (trainer / sampler probability) truncated at this"
         " (TRL vllm_importance_sampling_clip_max; both backends)",
     )
+    eval_every: int = Field(
+        default=0, ge=0,
+        description="trainer: every K steps, after the weight sync, the eval_dataset's tasks through the harness"
+        " with no training: eval/... in the step's metrics and an eval archive beside the job (0: never)",
+    )
+    eval_dataset: DatasetConfig | None = Field(
+        default=None, description="trainer: the held-out tasks eval_every runs (JSONL, like dataset)"
+    )
+    eval_samples: int = Field(default=1, ge=1, description="trainer: samples per eval_dataset task (eval_every)")
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="proxy rendering and TRL, e.g. {enable_thinking: false}"
     )
@@ -291,8 +300,9 @@ def _resolve_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
     for name in ("model", "harness_bundle"):
         if name in values:
             values[name] = resolve(values[name])
-    if "dataset" in values:
-        values["dataset"] = values["dataset"].model_copy(update={"path": resolve(values["dataset"].path)})
+    for name in ("dataset", "eval_dataset"):
+        if values.get(name) is not None:
+            values[name] = values[name].model_copy(update={"path": resolve(values[name].path)})
     if "rewards" in values:
         values["rewards"] = [
             reward.model_copy(update={"file": resolve(reward.file)}) if reward.file else reward

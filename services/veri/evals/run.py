@@ -141,20 +141,13 @@ def run_eval(config: JobConfig, checkpoint: Checkpoint, options: EvalOptions) ->
         collector = GroupCollector(control, rollout_runner(train, layout.outputs), settings,
                                    max_response_length=config.max_response_length,
                                    decoder=AutoTokenizer.from_pretrained(config.model))
-        started = time.monotonic()
-        collected = asyncio.run(_collect(collector, tasks, options.samples, config.max_parallel_rollouts))
-        rolled = time.monotonic()
         with RewardScorer(functions, config.reward_timeout_s) as scorer:
-            records = _score(scorer, collected, archive)
-        from veri.trainer.grpo.rollout_func import harness_log
-
-        for record, rollout in zip(records, collected, strict=True):
-            archive.write_rollout(EVAL_STEP, record, harness_log=harness_log(rollout))
-        archive.write_step_metrics(EVAL_STEP, step_metrics(records, {"rollout": rolled - started,
-                                                                     "reward": time.monotonic() - rolled}))
+            records, figures = evaluate_served(collector, scorer, archive, tasks, samples=options.samples,
+                                               max_parallel=config.max_parallel_rollouts,
+                                               reward_names=[f.name for f in functions], k=k,
+                                               pass_threshold=options.pass_threshold)
         summary = {"name": train.job_name, "archive": str(layout.dir), **{k: v for k, v in described.items()
-                                                                            if k != "config"},
-                   **summarize(records, [f.name for f in functions], k=k, pass_threshold=options.pass_threshold)}
+                                                                            if k != "config"}, **figures}
         atomic_write(layout.eval_file, json.dumps(summary, indent=1).encode())
         failed = [(r, v) for r in records if r.reward is not None for v in r.reward.verdicts]
         if failed:
@@ -165,6 +158,30 @@ def run_eval(config: JobConfig, checkpoint: Checkpoint, options: EvalOptions) ->
                             f" function (`veri debug {where}` shows the traceback) and run the eval again")
         archive.log(f"eval done: reward mean {summary['reward_mean']}")
     return summary
+
+
+def evaluate_served(collector: GroupCollector, scorer: RewardScorer, archive: JobArchive, tasks: Tasks, *,
+                    samples: int, max_parallel: int, reward_names: list[str], k: int,
+                    pass_threshold: float = 1.0) -> tuple[list[RolloutRecord], dict[str, Any]]:
+    """The policy as served now on `tasks` (`samples` each): rollouts scored and archived under step 0 of
+    `archive`, its one metrics line; returns the records and the figures (`summarize`). `veri eval` and
+    training's `eval_every` both run this."""
+    started = time.monotonic()
+    collected = asyncio.run(_collect(collector, tasks, samples, max_parallel))
+    rolled = time.monotonic()
+    records = _score(scorer, collected, archive)
+    from veri.trainer.grpo.rollout_func import harness_log
+
+    for record, rollout in zip(records, collected, strict=True):
+        archive.write_rollout(EVAL_STEP, record, harness_log=harness_log(rollout))
+    archive.write_step_metrics(EVAL_STEP, step_metrics(records, {"rollout": rolled - started,
+                                                                 "reward": time.monotonic() - rolled}))
+    return records, summarize(records, reward_names, k=k, pass_threshold=pass_threshold)
+
+
+def new_eval_archive(root: Path, name: str) -> ArchiveLayout:
+    """The layout of a new eval archive `<root>/<name>/`; EvalError when that folder holds anything."""
+    return _new_archive(root, name)
 
 
 def read_eval(folder: Path) -> dict[str, Any]:

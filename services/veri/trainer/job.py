@@ -31,6 +31,7 @@ from veri.trainer.grpo.rollout_func import HarnessRollouts
 from veri.trainer.grpo.rows import MaskedRow
 from veri.trainer.grpo.setup import build_trainer, grpo_config_kwargs, seat_weight_sync
 from veri.trainer.metrics import TrainerMetrics, observed, serve_trainer_metrics
+from veri.trainer.periodic_eval import PeriodicEval
 from veri.trainer.rollouts.producer import GroupSchedule
 from veri.trainer.rollouts.tasks import trl_dataset
 from veri.trainer.timeline.recorder import StepTimeline, TrainerPhases, running_calls
@@ -108,9 +109,14 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
     if config.backend == Backend.HF:
         admin = PolicyAdmin(options.policy_urls[0], token=options.control_token)
         callbacks.append(HfWeightSync(admin, folders.weights, versions, report=archive.log, timing=progress.timing))
-    callbacks.append(StepMetricsCallback(progress))  # after the sync: see `ui.progress`
     reward_funcs, reward_weights = trl_reward_funcs(functions)
     with RewardScorer(functions, config.reward_timeout_s) as scorer:
+        periodic = None
+        if config.eval_every:  # after the sync, before the step's metrics line (its eval/... go on it)
+            periodic = PeriodicEval(config, options, settings, progress, control, scorer,
+                                    [f.name for f in functions], tokenizer, archive.log)
+            callbacks.append(periodic)
+        callbacks.append(StepMetricsCallback(progress))  # after the sync: see `ui.progress`
         rollouts = HarnessRollouts(
             tasks=tasks, collector=collector, scorer=scorer, archive=archive, progress=progress, versions=versions,
             masked=MaskedRow(pad_id=tokenizer.pad_token_id, eos_id=tokenizer.eos_token_id),
@@ -126,6 +132,8 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
             os.environ.setdefault("VLLM_HOST_IP", socket.gethostbyname(socket.gethostname()))
         trainer = build_trainer(config, args=args, tokenizer=tokenizer, dataset=trl_dataset(tasks),
                                 rollout_func=rollouts, reward_funcs=reward_funcs, callbacks=callbacks)
+        if periodic is not None:
+            periodic.trainer = trainer
         if plan is None:
             seat_weight_sync(trainer, PushedAfterEachStep())  # TRL's off-policy correction, on the hf backend too
         sleeper = _attach_vllm_sync(trainer, plan, options, folders, archive, progress) if plan else None

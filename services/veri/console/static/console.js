@@ -133,7 +133,10 @@ function drawPlots(metrics, running) {
   const mean = col("reward/mean"), std = col("reward/std");
   linePlot(document.getElementById("plot-reward"), xs,
     [{name: "mean", values: mean}, {name: "min", values: col("reward/min"), dashed: true},
-     {name: "max", values: col("reward/max"), dashed: true}], empty("no rollout of this job's steps has a reward"),
+     {name: "max", values: col("reward/max"), dashed: true},
+     // eval_every: the held-out reward next to the training reward (the gap is the first thing to look at)
+     ...(keys.has("eval/reward/mean") ? [{name: "held-out mean (eval)", values: col("eval/reward/mean")}] : [])],
+    empty("no rollout of this job's steps has a reward"),
     {name: "mean ± std", lo: mean.map((m, i) => m - std[i]), hi: mean.map((m, i) => m + std[i])});
   const prefixed = (prefix) => [...keys].filter((k) => k.startsWith(prefix)).sort();
   barPlot(document.getElementById("plot-status"), xs, prefixed("status/").map((k) => ({name: k.slice(7), values: col(k)})),
@@ -147,7 +150,8 @@ function drawPlots(metrics, running) {
      {name: "environment", values: perRollout("tokens/environment")}], empty("no rollouts in this job's steps"));
   linePlot(document.getElementById("plot-turns"), xs, [{name: "mean", values: col("turns/mean")}, {name: "max", values: col("turns/max")}],
     empty("no rollouts in this job's steps"));
-  barPlot(document.getElementById("plot-time"), xs, ["rollout", "reward", "train", "weight_sync"]
+  barPlot(document.getElementById("plot-time"), xs, ["rollout", "reward", "train", "weight_sync",
+                                                     ...(keys.has("time/eval_s") ? ["eval"] : [])]
     .map((name) => ({name, values: col(`time/${name}_s`)})), empty());
   linePlot(document.getElementById("plot-parse-failures"), xs,
     [{name: "parse failure rate", values: col("tool_calls/parse_failure_rate")}], empty("no tool calls in this job's steps"));

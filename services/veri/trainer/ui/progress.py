@@ -133,6 +133,8 @@ class StepProgress:
         summary = f"step {step.step}: {metrics['trainable']}/{metrics['rollouts']} rollouts trainable"
         if "reward/mean" in metrics:
             summary += f", reward mean {metrics['reward/mean']:.4g}"
+        if (held_out := metrics.get("eval/reward/mean")) is not None:  # eval_every: next to the training reward
+            summary += f", eval reward mean {held_out:.4g}"
         if TRL_PREFIX + "loss" in metrics:
             summary += f", loss {metrics[TRL_PREFIX + 'loss']:.4g}"
         if metrics.get("tool_calls/parse_failed"):  # named as it happens: degrading tool use precedes reward collapse
