@@ -136,8 +136,10 @@ def config_reference() -> str:
     from veri.core.config import JobConfig, RewardConfig, SamplingConfig
     from veri.core.dataset import DatasetConfig
     from veri.core.harness import MANIFEST_FILE, HarnessDeps, HarnessManifest
+    from veri.core.signals import SignalsConfig
 
-    links = {DatasetConfig: "dataset", RewardConfig: "rewards", SamplingConfig: "sampling", HarnessDeps: "deps"}
+    links = {DatasetConfig: "dataset", RewardConfig: "rewards", SamplingConfig: "sampling", HarnessDeps: "deps",
+             SignalsConfig: "signals"}
     knobs = "\n".join(f"| {code(field)} | {code(knob)} |" for field, knob in grpo.VERI_KNOBS.items())
     owned = "\n".join(f"| {code(field)} | {cell(why)} |" for field, why in grpo.VERI_OWNED.items())
     return HEADER.format(source="core/config.py, core/dataset.py, core/grpo.py and core/harness.py") + f"""\
@@ -161,6 +163,11 @@ Each entry of `rewards:` is one reward function; the rollout's reward is the wei
 ### sampling
 
 {model_table(SamplingConfig, "sampling.", links)}
+### signals
+
+The thresholds of the reward-hacking signals the console shows: [signals](../signals.md).
+
+{model_table(SignalsConfig, "signals.", links)}
 ### grpo
 
 Any TRL `GRPOConfig` field not listed below passes through `grpo:` to TRL, checked against the installed

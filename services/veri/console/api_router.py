@@ -27,6 +27,12 @@ def job(request: Request, job: str) -> dict[str, Any]:
     return summary.as_dict() | {"config": info.get("config")}
 
 
+@router.get("/jobs/{job}/signals")
+def signals(request: Request, job: str) -> list[dict[str, Any]]:
+    """Reward-hacking signals raised over the job's steps, each with the rollouts that raised it."""
+    return service(request).signals(job)
+
+
 @router.get("/jobs/{job}/metrics")
 def metrics(request: Request, job: str) -> dict[str, Any]:
     console = service(request)

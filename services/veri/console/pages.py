@@ -40,7 +40,8 @@ def job_page(request: Request, job: str) -> HTMLResponse:
     summary, info = console.job(job)
     archive = console.archive(job, ArchivePage.from_params(request.query_params))
     return render(request, "job.html", job=summary, info=info, archive=archive,
-                  recent_metrics=console.recent_metrics(job, RECENT_STEPS), evals=console.evals(job))
+                  recent_metrics=console.recent_metrics(job, RECENT_STEPS), evals=console.evals(job),
+                  signals=console.signals(job))
 
 
 @router.get("/jobs/{job}/archive", response_class=HTMLResponse)

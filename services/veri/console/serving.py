@@ -73,6 +73,23 @@ class ConsoleService:
         self.layout(job)
         return self.folders.evals_of(job)
 
+    def signals(self, job: str) -> list[dict[str, Any]]:
+        """The job's reward-hacking signals (veri.signals), at the thresholds of its own `signals:`."""
+        from pydantic import ValidationError
+
+        from veri.core.signals import SignalsConfig
+        from veri.signals.detect import detect_archive
+
+        layout = self.layout(job)
+        raw = (read_job_file(layout).get("config") or {}).get("signals") or {}
+        try:
+            thresholds = SignalsConfig.model_validate(raw)
+        except ValidationError:  # a job from another version: the defaults still say something
+            thresholds = SignalsConfig()
+        # the launcher service writes outputs under <state>/outputs/<job>/ (in-process ones: the job's own)
+        launcher_outputs = self.settings.state_dir / "outputs" / job
+        return [raised.as_dict() for raised in detect_archive(layout.dir, thresholds, output_roots=[launcher_outputs])]
+
     def metrics(self, job: str) -> list[dict[str, Any]]:
         return read_metrics(self.layout(job).metrics)
 

@@ -43,6 +43,7 @@ from veri.core.layout import (
 from veri.core.memory import PROMPT_TOKENS, TRL_BATCH_SIZE, TrainingSetup
 from veri.core.problems import Problem, ProblemsError
 from veri.core.records import HostedTools
+from veri.core.signals import SignalsConfig
 
 
 class Backend(StrEnum):
@@ -138,6 +139,9 @@ class JobConfig(BaseModel):
         default=None, description="trainer: the held-out tasks eval_every runs (JSONL, like dataset)"
     )
     eval_samples: int = Field(default=1, ge=1, description="trainer: samples per eval_dataset task (eval_every)")
+    signals: SignalsConfig = Field(
+        default_factory=SignalsConfig, description="console: thresholds of the reward-hacking signals (docs/signals.md)"
+    )
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="proxy rendering and TRL, e.g. {enable_thinking: false}"
     )
