@@ -25,7 +25,16 @@ from pathlib import Path
 import anthropic
 import openai
 
-from tests.demo.conftest import CLAUDE_PAGE, OPENAI_PAGE, answer_rule, fetch_rule, run_bundle, tool_call
+from tests.demo.conftest import (
+    CLAUDE_PAGE,
+    OPENAI_PAGE,
+    SUB_AGENT_PAGE,
+    answer_rule,
+    fetch_rule,
+    run_bundle,
+    sub_agent_rules,
+    tool_call,
+)
 from tests.demo.test_codex_bundle import CODEX_PAGE
 from tests.proxy.conftest import SCRIPT, fake_weather, proxy_args
 from tests.servers import RunningServer, start_server
@@ -53,16 +62,19 @@ def tiny_model() -> Path:
     return path.resolve()
 
 
-def bundle_demo(bundle: str, row: dict) -> Callable[[RunningServer, ControlClient, SessionInfo], Recording]:
+def bundle_demo(bundle: str, row: dict, name: str | None = None
+                ) -> Callable[[RunningServer, ControlClient, SessionInfo], Recording]:
+    name = name or bundle
+
     def record(proxy: RunningServer, control: ControlClient, session: SessionInfo) -> Recording:
         with tempfile.TemporaryDirectory(prefix=f"record-{bundle}-") as folder:
             run = run_bundle(bundle, proxy=proxy, session=session, row=row, tmp_path=Path(folder))
             if run.returncode != 0:
                 sys.exit(f"{bundle} failed, nothing recorded:\n{run.explain()}")
-            return record_rollout(control, session.rollout_id, name=bundle, task=row,
+            return record_rollout(control, session.rollout_id, name=name, task=row,
                                   rewards=[RewardConfig(file=URL_REWARD, function="reward")],
                                   outputs=run.output_dir, status=RolloutStatus.COMPLETED, exit_code=0,
-                                  note="python -m tests.replay.record_demos " + bundle)
+                                  note="python -m tests.replay.record_demos " + name)
     return record
 
 
@@ -126,17 +138,21 @@ def main() -> None:
     with start_server(["serve", "webfixture"]) as webfixture, tempfile.TemporaryDirectory() as folder:
         openai_task, claude_task = task(OPENAI_PAGE, base=webfixture.url), task(CLAUDE_PAGE, base=webfixture.url)
         codex_task = task(CODEX_PAGE, base=webfixture.url)
+        sub_agent_task = task(SUB_AGENT_PAGE, base=webfixture.url)
         demos = {
             "url_extract_openai": bundle_demo("url_extract_openai", openai_task),
             "url_extract_claude": bundle_demo("url_extract_claude", claude_task),
             "url_extract_codex": bundle_demo("url_extract_codex", codex_task),
+            # Claude Code hands the task to a sub-agent (its Agent tool): two conversations, two rows.
+            "claude_sub_agent": bundle_demo("url_extract_claude", sub_agent_task, name="claude_sub_agent"),
             "anthropic_sdk": anthropic_sdk,
             "openai_responses": openai_responses,
         }
         unknown = sorted(set(args.names) - set(demos))
         if unknown:
             sys.exit(f"unknown recordings {unknown}: choose from {sorted(demos)}")
-        rules = [answer_rule(openai_task), answer_rule(claude_task), answer_rule(codex_task),
+        rules = [*sub_agent_rules(sub_agent_task),
+                 answer_rule(openai_task), answer_rule(claude_task), answer_rule(codex_task),
                  fetch_rule(openai_task, tool_call("fetch_url", {"url": openai_task["url"]})),
                  fetch_rule(claude_task, tool_call("Bash", {"command": f"curl -s {claude_task['url']}",
                                                             "description": "Fetch the page"})),
