@@ -37,7 +37,7 @@ help:
 	@echo "make doctor [CONFIG=FILE]        the host's facts that decide a first run (driver, GPUs, runtime, disk), each with its fix"
 	@echo "make train CONFIG=FILE [RESUME=1] [NAME=job]   GRPO through the stack"
 	@echo "make eval CONFIG=FILE ARGS=\"--job NAME --step K\"   held-out results of a checkpoint, no training (docs/evaluating.md)"
-	@echo "make bench-proxy / bench-sandbox / bench-train / bench-async / bench-console  benchmarks (figures: docs/benchmarks.md)"
+	@echo "make bench-proxy / bench-sandbox / bench-train / bench-async / bench-console / bench-branches  benchmarks (figures: docs/benchmarks.md)"
 	@echo "make reliability [ONLY=name] [QUICK=1]   fault scenarios (bench/reliability), one summary table (docs/reliability.md)"
 	@echo "make k8s           Kubernetes 1.20 (apiserver, controller-manager, scheduler, kubelet, etcd, kubectl) from Debian's source into build/k8s/bin"
 	@echo "make chromium      Debian chromium + chromium-driver (the console's browser tests; make test installs them)"

@@ -19,7 +19,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anthropic
@@ -43,6 +43,7 @@ from veri.core.episodes import RolloutStatus
 from veri.core.records import SessionInfo
 from veri.proxy.control_client import ControlClient
 from veri.replay.recording import Recording, record_rollout
+from veri.webfixture.inline_tasks import inline_task
 from veri.webfixture.pages import task
 
 REPO = Path(__file__).resolve().parents[2]
@@ -130,11 +131,13 @@ def openai_responses(proxy: RunningServer, control: ControlClient, session: Sess
                           note="python -m tests.replay.record_demos openai_responses")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", help="which recordings (default: all)")
-    args = parser.parse_args()
-    model = tiny_model()
+# Run by the trained-fraction bench (bench/trained_fraction.py), not recorded: one call, no tool.
+BENCH_ONLY = ["url_extract_inline"]
+
+
+def demo_recordings(names: list[str], model: Path) -> Iterator[tuple[str, Recording]]:
+    """Start the web fixture, the scripted policy and the recording proxy, and run each named demo
+    (all recorded ones when `names` is empty) against them: its name and its fresh recording, in turn."""
     with start_server(["serve", "webfixture"]) as webfixture, tempfile.TemporaryDirectory() as folder:
         openai_task, claude_task = task(OPENAI_PAGE, base=webfixture.url), task(CLAUDE_PAGE, base=webfixture.url)
         codex_task = task(CODEX_PAGE, base=webfixture.url)
@@ -147,10 +150,12 @@ def main() -> None:
             "claude_sub_agent": bundle_demo("url_extract_claude", sub_agent_task, name="claude_sub_agent"),
             "anthropic_sdk": anthropic_sdk,
             "openai_responses": openai_responses,
+            # The page in the prompt: answered by the OpenAI task's answer rule (the link is in the turn).
+            "url_extract_inline": bundle_demo("url_extract_inline", inline_task(OPENAI_PAGE, base=webfixture.url)),
         }
-        unknown = sorted(set(args.names) - set(demos))
+        unknown = sorted(set(names) - set(demos))
         if unknown:
-            sys.exit(f"unknown recordings {unknown}: choose from {sorted(demos)}")
+            sys.exit(f"unknown demos {unknown}: choose from {sorted(demos)}")
         rules = [*sub_agent_rules(sub_agent_task),
                  answer_rule(openai_task), answer_rule(claude_task), answer_rule(codex_task),
                  fetch_rule(openai_task, tool_call("fetch_url", {"url": openai_task["url"]})),
@@ -166,12 +171,20 @@ def main() -> None:
             command[command.index("--max-tokens") + 1] = "256"  # as tests/demo: room for a tool call
             with start_server(command) as proxy:
                 control = ControlClient(proxy.url)
-                for name in args.names or demos:
-                    recording = demos[name](proxy, control, control.open_session())
-                    recording.save(RECORDINGS / f"{name}.jsonl")
-                    reward = recording.reward.reward if recording.reward else None
-                    print(f"{name}: {len(recording.requests)} requests, {len(recording.spans)} spans,"
-                          f" reward {reward}")
+                for name in names or [name for name in demos if name not in BENCH_ONLY]:
+                    yield name, demos[name](proxy, control, control.open_session())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="which recordings (default: all)")
+    args = parser.parse_args()
+    if bench_only := sorted(set(args.names) & set(BENCH_ONLY)):
+        sys.exit(f"{bench_only} are not recorded (bench/trained_fraction.py runs them)")
+    for name, recording in demo_recordings(args.names, tiny_model()):
+        recording.save(RECORDINGS / f"{name}.jsonl")
+        reward = recording.reward.reward if recording.reward else None
+        print(f"{name}: {len(recording.requests)} requests, {len(recording.spans)} spans, reward {reward}")
 
 
 if __name__ == "__main__":
