@@ -43,7 +43,8 @@ def test_claude_code_sub_agent_rollouts_train_every_sampled_token(tiny_model, tm
             "harness_bundle": str(BUNDLES / "url_extract_claude"), "harness_protocol": "anthropic",
             "rewards": [{"file": str(REPO / "config/rewards/url_extract.py")}], "rollouts_per_prompt": 2,
             "max_response_length": 4096, "sampling": {"max_tokens": 256}, "learning_rate": 1e-4, "max_steps": 2,
-            "max_turns": 4, "harness_timeout_s": 240, # One row a micro-batch: ~21k-token rows unpadded (the CPU's attention kernels need no mask then).
+            "max_turns": 4, "harness_timeout_s": 240,
+            # One row a micro-batch (no row padded to another's length) and no activation recompute.
             "grpo": {"per_device_train_batch_size": 1, "gradient_accumulation_steps": 2,
                      "gradient_checkpointing": False},
         }))
