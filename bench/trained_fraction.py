@@ -4,11 +4,12 @@
 
 Runs every demo the replay recordings are made from, live and unmodified (tests/replay/record_demos.py:
 the OpenAI-SDK, Claude Code, Codex and inline bundles, Claude Code handing its task to a sub-agent, the
-Anthropic SDK's and the Responses API's tool loops) against the scripted tiny-model policy behind a
-capture proxy, and prints, from each rollout's spans and episode, what `veri debug` prints as
-`tokens: sampled S, trained T, dropped D`: the rows the rollout became (their kinds), the sampled tokens,
-the trained ones, and the fraction. A token counts as trained when it is in exactly one row with
-env_mask 1; exits 1 when any demo trains less (or more) than every sampled token once.
+Anthropic SDK's and the Responses API's tool loops, the Anthropic SDK's loop compacting its history)
+against the scripted tiny-model policy behind a capture proxy, and prints, from each rollout's spans and
+episode, what `veri debug` prints as `tokens: sampled S, trained T, dropped D`: the rows the rollout
+became (their kinds), the sampled tokens, the trained ones, and the fraction. A token counts as trained
+when it is in exactly one row with env_mask 1; exits 1 when any demo trains less (or more) than every
+sampled token once.
 Needs `make tiny-model`, `make claude-code` and `make codex`.
 """
 
@@ -33,6 +34,7 @@ HARNESS = {
     "url_extract_codex": "Codex 0.169.0 (Responses, SSE)",
     "url_extract_inline": "inline (one chat call, no tool)",
     "anthropic_sdk": "Anthropic SDK (Messages tool loop)",
+    "anthropic_compaction": "Anthropic SDK compacting its history",
     "openai_responses": "OpenAI SDK (Responses, previous_response_id)",
 }
 

@@ -103,6 +103,38 @@ def anthropic_sdk(proxy: RunningServer, control: ControlClient, session: Session
                           note="python -m tests.replay.record_demos anthropic_sdk")
 
 
+def anthropic_compacting_loop(session: SessionInfo) -> None:
+    """The `anthropic` SDK's tool loop that compacts its history, as Claude Code does when its context
+    fills: with the last tool result it asks for a summary, then answers from a new history (the same
+    system prompt, the summary) in place of the old one."""
+    client = anthropic.Anthropic(base_url=session.anthropic_base_url, api_key=session.api_key, max_retries=0)
+    system = "You answer weather questions."
+    messages: list[dict] = [{"role": "user", "content": "What is the weather in Paris and London?"}]
+    for _ in range(3):
+        reply = client.messages.create(model="policy", max_tokens=256, tools=[WEATHER], messages=messages,
+                                       system=system)
+        messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]})
+        calls = [b for b in reply.content if b.type == "tool_use"]
+        if not calls:
+            break
+        results: list[dict] = [{"type": "tool_result", "tool_use_id": b.id, "content": fake_weather(b.input["city"])}
+                               for b in calls]
+        if calls[0].input["city"] == "London":  # the context is "full": ask for a summary with the result
+            results.append({"type": "text", "text": "Summarize the conversation so far for a fresh start"
+                                                    " (it was sunny in Paris, rainy in London)."})
+        messages.append({"role": "user", "content": results})
+    summary = "".join(b.text for b in reply.content if b.type == "text")
+    compacted = [{"role": "user", "content": f"Summary of the conversation so far: {summary} (the tools said:"
+                                             " sunny in Paris, rainy in London). Now answer the user."}]
+    client.messages.create(model="policy", max_tokens=256, tools=[WEATHER], messages=compacted, system=system)
+
+
+def anthropic_compaction(proxy: RunningServer, control: ControlClient, session: SessionInfo) -> Recording:
+    anthropic_compacting_loop(session)
+    return record_rollout(control, session.rollout_id, name="anthropic_compaction",
+                          note="python -m tests.replay.record_demos anthropic_compaction")
+
+
 RESPONSES_WEATHER = {"type": "function", **{key: WEATHER[key] for key in ("name", "description")},
                      "parameters": WEATHER["input_schema"]}
 
@@ -149,6 +181,7 @@ def demo_recordings(names: list[str], model: Path) -> Iterator[tuple[str, Record
             # Claude Code hands the task to a sub-agent (its Agent tool): two conversations, two rows.
             "claude_sub_agent": bundle_demo("url_extract_claude", sub_agent_task, name="claude_sub_agent"),
             "anthropic_sdk": anthropic_sdk,
+            "anthropic_compaction": anthropic_compaction,
             "openai_responses": openai_responses,
             # The page in the prompt: answered by the OpenAI task's answer rule (the link is in the turn).
             "url_extract_inline": bundle_demo("url_extract_inline", inline_task(OPENAI_PAGE, base=webfixture.url)),

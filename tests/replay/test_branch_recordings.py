@@ -1,6 +1,7 @@
-"""The recorded Claude Code rollout that starts a sub-agent (recordings/claude_sub_agent.jsonl): two
-conversations, two rows, every sampled token trained exactly once; a change that drops or duplicates a
-token of the sub-agent's row fails the replay."""
+"""The recorded rollouts with more than one conversation: Claude Code starting a sub-agent
+(recordings/claude_sub_agent.jsonl) and a harness compacting its history (anthropic_compaction.jsonl).
+Two rows each, every sampled token trained exactly once; a change that drops or duplicates a token of
+the second row fails the replay."""
 
 from __future__ import annotations
 
@@ -48,6 +49,25 @@ def test_the_sub_agent_is_a_row_of_its_own(sub_agent_recording):
     sampled = {i: sampled_tokens(span.completion_token_ids, span.response) for i, span in spans.items()}
     account = token_account(episode, sampled, episode.verdicts, trainable=True)
     assert account.sampled == account.trained == sum(sampled.values()) > 0 and account.dropped == {}
+
+
+def account_of(recording: Recording):
+    episode = recording.episode
+    sampled = {s.request_index: sampled_tokens(s.completion_token_ids, s.response) for s in recording.spans}
+    return token_account(episode, sampled, episode.verdicts, trainable=True), sum(sampled.values())
+
+
+def test_the_compacted_history_is_a_row_of_its_own():
+    recording = Recording.load(RECORDINGS / "anthropic_compaction.jsonl")
+    spans = {span.request_index: span for span in recording.spans}
+    episode = recording.episode
+    [before] = episode.branches
+    assert before.kind == RowKind.MAIN and before.spans == [0, 1, 2]  # the summary call extends the history
+    assert episode.chain_kind == RowKind.COMPACTION and episode.chain == [3], episode.chain_why
+    for indices, row in [(episode.chain, episode.row), (before.spans, before.row)]:
+        assert trained_tokens(row) == [token for i in indices for token in spans[i].completion_token_ids]
+    account, total = account_of(recording)
+    assert account.sampled == account.trained == total > 0 and account.dropped == {}
 
 
 @pytest.mark.parametrize("change", [
