@@ -31,6 +31,8 @@ REPO = Path(__file__).resolve().parents[2]
 BUNDLES = REPO / "harness-bundles"
 OPENAI_PAGE = 3  # the task the OpenAI-bundle tests run
 CLAUDE_PAGE = 6  # the task the Claude-bundle tests run
+SUB_AGENT_PAGE = 11  # the task Claude Code hands to a sub-agent (its Agent tool)
+SUB_AGENT_BRIEF = "Sub-agent brief"  # how the scripted policy tells the sub-agent's first turn from the main one's
 
 
 def fetch_rule(row: dict, reply: str) -> dict:
@@ -44,6 +46,19 @@ def answer_rule(row: dict) -> dict:
 
 def tool_call(name: str, arguments: dict) -> str:
     return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def sub_agent_rules(row: dict) -> list[dict]:
+    """Claude Code on `row` starts a sub-agent with its Agent tool (in the foreground: its result comes
+    back as the tool result); the sub-agent fetches the page with Bash and answers; so does the main agent
+    once that answer is its tool result. The answer rule first: both last turns that hold the link."""
+    brief = f"{SUB_AGENT_BRIEF}: fetch {row['url']} with `curl -s` and report the URL of the link asked for."
+    agent = {"description": "Fetch the page", "subagent_type": "general-purpose", "run_in_background": False,
+             "prompt": brief}
+    return [answer_rule(row),
+            {"if_last_user_turn_contains": SUB_AGENT_BRIEF,
+             "reply": tool_call("Bash", {"command": f"curl -s {row['url']}", "description": "Fetch the page"})},
+            fetch_rule(row, tool_call("Agent", agent))]
 
 
 @pytest.fixture(scope="session")
@@ -63,7 +78,13 @@ def claude_task(webfixture: RunningServer) -> dict:
 
 
 @pytest.fixture(scope="session")
-def demo_policy(tiny_model: Path, openai_task: dict, claude_task: dict, tmp_path_factory) -> Iterator[RunningServer]:
+def sub_agent_task(webfixture: RunningServer) -> dict:
+    return task(SUB_AGENT_PAGE, base=webfixture.url)
+
+
+@pytest.fixture(scope="session")
+def demo_policy(tiny_model: Path, openai_task: dict, claude_task: dict, sub_agent_task: dict,
+                tmp_path_factory) -> Iterator[RunningServer]:
     # Answer rules first: the tool result (page) is the last user turn then, and it holds no page URL.
     rules = [
         answer_rule(openai_task),
@@ -71,6 +92,7 @@ def demo_policy(tiny_model: Path, openai_task: dict, claude_task: dict, tmp_path
         fetch_rule(openai_task, tool_call("fetch_url", {"url": openai_task["url"]})),
         fetch_rule(claude_task, tool_call("Bash", {"command": f"curl -s {claude_task['url']}",
                                                    "description": "Fetch the page"})),
+        *sub_agent_rules(sub_agent_task),
     ]
     script = tmp_path_factory.mktemp("demo-policy") / "script.json"
     script.write_text(json.dumps(rules))

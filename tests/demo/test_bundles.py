@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from tests.demo.conftest import BUNDLES, image_bin, proxy_with_max_tokens, run_bundle
+from tests.demo.conftest import BUNDLES, SUB_AGENT_BRIEF, image_bin, proxy_with_max_tokens, run_bundle
 from tests.proxy.conftest import assert_bridged_chain
 from veri.core.config import RewardConfig
-from veri.core.episodes import Effect
+from veri.core.episodes import Effect, RowKind
 from veri.core.harness import load_manifest
 from veri.harness.run import RunOptions
 from veri.harness.run import run as run_harness
@@ -188,3 +188,35 @@ def test_claude_bundle_out_of_turns_is_a_finished_rollout(demo_proxy, session, c
     assert run.returncode == 0, run.explain()
     assert run.answer() == "" and "used up its 1 turns" in run.stderr
     assert json.loads((run.output_dir / "claude-result.json").read_text())["subtype"] == "error_max_turns"
+
+
+@pytest.mark.slow
+def test_claude_sub_agent_is_trained_as_a_row_of_its_own(demo_proxy, sub_agent_task, tmp_path, monkeypatch):
+    """Claude Code hands the task to a sub-agent with its Agent tool (a new conversation, its own system
+    prompt, its answer back in the tool result). Through run-harness's collect path (the trainer's): a
+    `main` and a `sub_agent` row, and every sampled token trained exactly once."""
+    monkeypatch.setenv("PATH", os.pathsep.join([*image_bin("veri/base-claude-agent", tmp_path), os.environ["PATH"]]))
+    [rollout] = run_harness(RunOptions(
+        bundle=BUNDLES / "url_extract_claude", task=sub_agent_task, task_index=sub_agent_task["page"], n=1,
+        out=tmp_path / "out", sandbox="local", proxy_url=demo_proxy.url, control_token=None, model_name="policy",
+        max_turns=4, timeout_s=240, start_stack=False))
+    record = rollout.record
+    assert (record.status, record.exit_code) == ("completed", 0), rollout.launch.stderr_tail
+    assert (rollout.output_dir / "answer.txt").read_text().strip() == sub_agent_task["expected_url"]
+    calls = [span for span in record.spans if span.path == "/v1/messages"]
+    [agent] = [block for block in calls[0].response["content"] if block["type"] == "tool_use"]
+    assert agent["name"] == "Agent" and agent["input"]["prompt"].startswith(SUB_AGENT_BRIEF)
+
+    episode = record.episode
+    kinds = sorted(branch.kind for branch in episode.branches)
+    assert episode.chain_kind == RowKind.MAIN and RowKind.SUB_AGENT in kinds
+    assert set(kinds) <= {RowKind.SUB_AGENT, RowKind.SIDE_CALL}  # Claude Code's side calls, if it makes any
+    in_rows = [*episode.chain, *(index for branch in episode.branches for index in branch.spans)]
+    assert sorted(in_rows) == sorted(span.request_index for span in record.spans)  # each span in one row
+
+    [reward] = load_reward_functions([RewardConfig(file=URL_REWARDS, function="reward")], list(sub_agent_task))
+    with RewardScorer([reward], timeout_s=30) as scorer:
+        outcome = scorer.score(RewardInputs.from_record(record, outputs=rollout.output_dir))
+    assert outcome.reward == 1.0
+    account = record.model_copy(update={"reward": outcome}).tokens
+    assert account.sampled == account.trained > 0 and account.dropped == {}, account.line()

@@ -16,8 +16,10 @@ from veri.replay.recording import Recording
 from veri.replay.runner import serve_in_thread
 
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
-# Every demo bundle's traffic and the SDKs' own loops.
-EXPECTED = ["anthropic_sdk", "openai_responses", "url_extract_claude", "url_extract_codex", "url_extract_openai"]
+# Every demo bundle's traffic, the SDKs' own loops, Claude Code starting a sub-agent, a
+# compacting harness.
+EXPECTED = ["anthropic_compaction", "anthropic_sdk", "claude_sub_agent", "openai_responses", "url_extract_claude",
+            "url_extract_codex", "url_extract_openai"]
 
 
 @pytest.fixture

@@ -19,13 +19,22 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anthropic
 import openai
 
-from tests.demo.conftest import CLAUDE_PAGE, OPENAI_PAGE, answer_rule, fetch_rule, run_bundle, tool_call
+from tests.demo.conftest import (
+    CLAUDE_PAGE,
+    OPENAI_PAGE,
+    SUB_AGENT_PAGE,
+    answer_rule,
+    fetch_rule,
+    run_bundle,
+    sub_agent_rules,
+    tool_call,
+)
 from tests.demo.test_codex_bundle import CODEX_PAGE
 from tests.proxy.conftest import SCRIPT, fake_weather, proxy_args
 from tests.servers import RunningServer, start_server
@@ -34,6 +43,7 @@ from veri.core.episodes import RolloutStatus
 from veri.core.records import SessionInfo
 from veri.proxy.control_client import ControlClient
 from veri.replay.recording import Recording, record_rollout
+from veri.webfixture.inline_tasks import inline_task
 from veri.webfixture.pages import task
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,16 +63,19 @@ def tiny_model() -> Path:
     return path.resolve()
 
 
-def bundle_demo(bundle: str, row: dict) -> Callable[[RunningServer, ControlClient, SessionInfo], Recording]:
+def bundle_demo(bundle: str, row: dict, name: str | None = None
+                ) -> Callable[[RunningServer, ControlClient, SessionInfo], Recording]:
+    name = name or bundle
+
     def record(proxy: RunningServer, control: ControlClient, session: SessionInfo) -> Recording:
         with tempfile.TemporaryDirectory(prefix=f"record-{bundle}-") as folder:
             run = run_bundle(bundle, proxy=proxy, session=session, row=row, tmp_path=Path(folder))
             if run.returncode != 0:
                 sys.exit(f"{bundle} failed, nothing recorded:\n{run.explain()}")
-            return record_rollout(control, session.rollout_id, name=bundle, task=row,
+            return record_rollout(control, session.rollout_id, name=name, task=row,
                                   rewards=[RewardConfig(file=URL_REWARD, function="reward")],
                                   outputs=run.output_dir, status=RolloutStatus.COMPLETED, exit_code=0,
-                                  note="python -m tests.replay.record_demos " + bundle)
+                                  note="python -m tests.replay.record_demos " + name)
     return record
 
 
@@ -88,6 +101,38 @@ def anthropic_sdk(proxy: RunningServer, control: ControlClient, session: Session
     anthropic_tool_loop(session)
     return record_rollout(control, session.rollout_id, name="anthropic_sdk",
                           note="python -m tests.replay.record_demos anthropic_sdk")
+
+
+def anthropic_compacting_loop(session: SessionInfo) -> None:
+    """The `anthropic` SDK's tool loop that compacts its history, as Claude Code does when its context
+    fills: with the last tool result it asks for a summary, then answers from a new history (the same
+    system prompt, the summary) in place of the old one."""
+    client = anthropic.Anthropic(base_url=session.anthropic_base_url, api_key=session.api_key, max_retries=0)
+    system = "You answer weather questions."
+    messages: list[dict] = [{"role": "user", "content": "What is the weather in Paris and London?"}]
+    for _ in range(3):
+        reply = client.messages.create(model="policy", max_tokens=256, tools=[WEATHER], messages=messages,
+                                       system=system)
+        messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]})
+        calls = [b for b in reply.content if b.type == "tool_use"]
+        if not calls:
+            break
+        results: list[dict] = [{"type": "tool_result", "tool_use_id": b.id, "content": fake_weather(b.input["city"])}
+                               for b in calls]
+        if calls[0].input["city"] == "London":  # the context is "full": ask for a summary with the result
+            results.append({"type": "text", "text": "Summarize the conversation so far for a fresh start"
+                                                    " (it was sunny in Paris, rainy in London)."})
+        messages.append({"role": "user", "content": results})
+    summary = "".join(b.text for b in reply.content if b.type == "text")
+    compacted = [{"role": "user", "content": f"Summary of the conversation so far: {summary} (the tools said:"
+                                             " sunny in Paris, rainy in London). Now answer the user."}]
+    client.messages.create(model="policy", max_tokens=256, tools=[WEATHER], messages=compacted, system=system)
+
+
+def anthropic_compaction(proxy: RunningServer, control: ControlClient, session: SessionInfo) -> Recording:
+    anthropic_compacting_loop(session)
+    return record_rollout(control, session.rollout_id, name="anthropic_compaction",
+                          note="python -m tests.replay.record_demos anthropic_compaction")
 
 
 RESPONSES_WEATHER = {"type": "function", **{key: WEATHER[key] for key in ("name", "description")},
@@ -118,25 +163,34 @@ def openai_responses(proxy: RunningServer, control: ControlClient, session: Sess
                           note="python -m tests.replay.record_demos openai_responses")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", help="which recordings (default: all)")
-    args = parser.parse_args()
-    model = tiny_model()
+# Run by the trained-fraction bench (bench/trained_fraction.py), not recorded: one call, no tool.
+BENCH_ONLY = ["url_extract_inline"]
+
+
+def demo_recordings(names: list[str], model: Path) -> Iterator[tuple[str, Recording]]:
+    """Start the web fixture, the scripted policy and the recording proxy, and run each named demo
+    (all recorded ones when `names` is empty) against them: its name and its fresh recording, in turn."""
     with start_server(["serve", "webfixture"]) as webfixture, tempfile.TemporaryDirectory() as folder:
         openai_task, claude_task = task(OPENAI_PAGE, base=webfixture.url), task(CLAUDE_PAGE, base=webfixture.url)
         codex_task = task(CODEX_PAGE, base=webfixture.url)
+        sub_agent_task = task(SUB_AGENT_PAGE, base=webfixture.url)
         demos = {
             "url_extract_openai": bundle_demo("url_extract_openai", openai_task),
             "url_extract_claude": bundle_demo("url_extract_claude", claude_task),
             "url_extract_codex": bundle_demo("url_extract_codex", codex_task),
+            # Claude Code hands the task to a sub-agent (its Agent tool): two conversations, two rows.
+            "claude_sub_agent": bundle_demo("url_extract_claude", sub_agent_task, name="claude_sub_agent"),
             "anthropic_sdk": anthropic_sdk,
+            "anthropic_compaction": anthropic_compaction,
             "openai_responses": openai_responses,
+            # The page in the prompt: answered by the OpenAI task's answer rule (the link is in the turn).
+            "url_extract_inline": bundle_demo("url_extract_inline", inline_task(OPENAI_PAGE, base=webfixture.url)),
         }
-        unknown = sorted(set(args.names) - set(demos))
+        unknown = sorted(set(names) - set(demos))
         if unknown:
-            sys.exit(f"unknown recordings {unknown}: choose from {sorted(demos)}")
-        rules = [answer_rule(openai_task), answer_rule(claude_task), answer_rule(codex_task),
+            sys.exit(f"unknown demos {unknown}: choose from {sorted(demos)}")
+        rules = [*sub_agent_rules(sub_agent_task),
+                 answer_rule(openai_task), answer_rule(claude_task), answer_rule(codex_task),
                  fetch_rule(openai_task, tool_call("fetch_url", {"url": openai_task["url"]})),
                  fetch_rule(claude_task, tool_call("Bash", {"command": f"curl -s {claude_task['url']}",
                                                             "description": "Fetch the page"})),
@@ -150,12 +204,20 @@ def main() -> None:
             command[command.index("--max-tokens") + 1] = "256"  # as tests/demo: room for a tool call
             with start_server(command) as proxy:
                 control = ControlClient(proxy.url)
-                for name in args.names or demos:
-                    recording = demos[name](proxy, control, control.open_session())
-                    recording.save(RECORDINGS / f"{name}.jsonl")
-                    reward = recording.reward.reward if recording.reward else None
-                    print(f"{name}: {len(recording.requests)} requests, {len(recording.spans)} spans,"
-                          f" reward {reward}")
+                for name in names or [name for name in demos if name not in BENCH_ONLY]:
+                    yield name, demos[name](proxy, control, control.open_session())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="which recordings (default: all)")
+    args = parser.parse_args()
+    if bench_only := sorted(set(args.names) & set(BENCH_ONLY)):
+        sys.exit(f"{bench_only} are not recorded (bench/trained_fraction.py runs them)")
+    for name, recording in demo_recordings(args.names, tiny_model()):
+        recording.save(RECORDINGS / f"{name}.jsonl")
+        reward = recording.reward.reward if recording.reward else None
+        print(f"{name}: {len(recording.requests)} requests, {len(recording.spans)} spans, reward {reward}")
 
 
 if __name__ == "__main__":
