@@ -14,10 +14,11 @@ CODEX := build/codex/$(CODEX_VERSION)/codex
 TEST_DEPS :=
 -include mk/*.mk
 
-.PHONY: help disk-check venv tiny-model claude-code codex test bench-proxy bench-train bench-async
+.PHONY: help disk-check venv tiny-model claude-code codex test test-fast bench-proxy bench-train bench-async
 
 help:
 	@echo "make test          the whole suite (builds everything it needs; what .ci/run runs)"
+	@echo "make test-fast     unit + service tiers only (no docker, CLIs, Chromium, vLLM, Kubernetes): minutes, after make venv tiny-model"
 	@echo "make lint          ruff + mypy (pyproject.toml) + the VERI_* declaration check + the docs' checks (make test runs it)"
 	@echo "make docs          the docs site into build/site/ (offline; docs/reference/ regenerated from the code)"
 	@echo "make venv          .venv with veri and its test deps (CPU torch from the local wheel)"
@@ -33,7 +34,7 @@ help:
 	@echo "make bundle [MODELS=1] [GPU=1]          images + vendor/ + repo in one archive (air-gapped install)"
 	@echo "make load BUNDLE=file [DEST=dir]        restore a bundle on a box with no network"
 	@echo "make up / down / logs            the compose stack"
-	@echo "make test-compose-v2             the stack tests with Docker Compose v2 (make test runs it on a v1 host)"
+	@echo "make test-compose-v2             the compose_smoke stack tests again with Docker Compose v2 (make test runs it on a v1 host)"
 	@echo "make doctor [CONFIG=FILE]        the host's facts that decide a first run (driver, GPUs, runtime, disk), each with its fix"
 	@echo "make train CONFIG=FILE [RESUME=1] [NAME=job]   GRPO through the stack"
 	@echo "make eval CONFIG=FILE ARGS=\"--job NAME --step K\"   held-out results of a checkpoint, no training (docs/evaluating.md)"
@@ -92,6 +93,11 @@ $(CODEX): | vendor-npm
 test: disk-check venv tiny-model claude-code codex $(TEST_DEPS)
 	VERI_TINY_MODEL=$(TINY_MODEL) VERI_CLAUDE_BIN=$(CLAUDE) VERI_CODEX_BIN=$(CODEX) $(BIN)/pytest -q -rs --durations=25
 	@$(MAKE) --no-print-directory test-compose-v2
+
+# The tiers (tests/tiers.py marks each test at collection): unit and service need only the venv and the
+# tiny model; sandbox, stack, vllm, kubernetes and browser need what make test installs first.
+test-fast: venv tiny-model
+	VERI_TINY_MODEL=$(TINY_MODEL) $(BIN)/pytest -q -rs --durations=10 -m "unit or service"
 
 bench-proxy: venv tiny-model
 	$(BIN)/python bench/proxy_overhead.py --model $(TINY_MODEL)

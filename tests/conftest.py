@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import ci_skips, tiers
 from tests.servers import RunningServer, start_server
 
 # A suite started in the background by a non-interactive shell (`... &`, nohup) inherits SIGINT
@@ -34,3 +35,11 @@ def policy_server(tiny_model: Path) -> Iterator[RunningServer]:
     """`veri serve policy` on the tiny model, shared by the whole session."""
     with start_server(["serve", "policy", "--model", str(tiny_model)]) as server:
         yield server
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    ci_skips.register(config)  # CI=true: a skip whose reason is not on tests/ci_skips.py's list fails the run
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tiers.mark(items)  # unit, service, sandbox, stack, vllm, kubernetes, browser (tests/tiers.py)

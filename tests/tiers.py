@@ -1,0 +1,97 @@
+"""The suite's tiers, as pytest markers given to each test at collection (tests/conftest.py), so no test
+file carries them: by its folder, the file's imports and helpers, and the test's own code.
+
+  unit        in-process code only (no server started, no docker, no CLI, no browser)
+  service     real veri servers (`veri serve ...` as subprocesses, tests/servers.py) or an app in process
+  sandbox     dockerd + runsc, the sandbox images, or the harness CLIs the images ship (Claude Code, Codex)
+  stack       the compose stack (`make up`, `make train`): tests/stack
+  vllm        the real vLLM (the veri/vllm-cpu image, the GPU images)
+  kubernetes  the Kubernetes tier (control plane, kubelet): tests/kubernetes
+  browser     Chromium (the console's browser tests)
+
+`make test-fast` runs `-m "unit or service"`: what a laptop with only `make venv tiny-model` runs.
+A test gets every tier that applies (a vLLM stack test is stack and vllm); unit is what is left.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+TIERS = ("unit", "service", "sandbox", "stack", "vllm", "kubernetes", "browser")
+FOLDERS = {"stack": "stack", "kubernetes": "kubernetes", "sandbox": "sandbox"}
+
+# What puts a test in a tier: its file's text (MODULE_*), or its own code, its fixtures' code and names
+# (ITEM_*). A file that runs its CLI in a helper (tests/proxy/test_codex.py) goes whole; one that
+# mixes (tests/demo/test_bundles.py: the Claude bundle needs the CLI, the OpenAI one does not) per test.
+MODULE_SANDBOX = re.compile(r"^from tests\.(claude_code|codex) import|docker\.from_env", re.MULTILINE)
+ITEM_SANDBOX = re.compile(r"docker_client|run_sandboxed|\[\"docker\"|claude_binary|codex_binary")
+# A run of a bundle whose image ships the CLI (tests/demo/conftest.py runs it with the host's binary).
+OWN_SANDBOX = re.compile(r"(run_bundle\(|bundle=BUNDLES / )\"url_extract_(claude|codex)\""
+                         r"|image_bin\(\"veri/base-(claude|codex)-agent\"")
+MODULE_BROWSER = re.compile(r"^from tests\.console\.browser import", re.MULTILINE)
+ITEM_BROWSER = re.compile(r"chromium\(")
+MODULE_VLLM = re.compile(r"^(IMAGE|CONFIG) = .*vllm", re.MULTILINE)  # the veri/vllm* images, a vLLM job
+SERVICE = re.compile(r"start_server|RunningServer|TestClient|ASGITransport|\"serve\",")
+
+
+@functools.cache
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+@functools.cache
+def _source(function) -> str:
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        return ""
+
+
+def _own_code(item: pytest.Item) -> str:
+    function = getattr(item, "function", None)
+    source = _source(function) if function is not None else ""
+    return source[source.find("def "):]  # not its decorators: a parameter naming a bundle runs nothing
+
+
+def _fixture_code(item: pytest.Item) -> str:
+    """The source of the fixtures the test uses (from any conftest): `policy_server` starts a server."""
+    info = getattr(item, "_fixtureinfo", None)
+    parts = []
+    for defs in (info.name2fixturedefs.values() if info is not None else ()):
+        parts += [_source(fixture.func) for fixture in defs]
+    return "\n".join(parts)
+
+
+def tiers_of(item: pytest.Item) -> set[str]:
+    path = Path(item.path)
+    try:
+        folders = path.relative_to(TESTS).parts[:-1]
+    except ValueError:
+        folders = ()
+    module, own, fixtures = _text(path), _own_code(item), _fixture_code(item)
+    found = {tier for folder, tier in FOLDERS.items() if folder in folders}
+    if MODULE_VLLM.search(module):
+        found.add("vllm")
+    if MODULE_BROWSER.search(module) or ITEM_BROWSER.search(own):
+        found.add("browser")
+    if (MODULE_SANDBOX.search(module) or ITEM_SANDBOX.search(own + fixtures) or OWN_SANDBOX.search(own)
+            or ("vllm" in found and "stack" not in found)):
+        found.add("sandbox")
+    if not found and (SERVICE.search(module) or SERVICE.search(fixtures)):
+        found.add("service")
+    return found or {"unit"}
+
+
+def mark(items: list[pytest.Item]) -> None:
+    for item in items:
+        for tier in sorted(tiers_of(item)):
+            item.add_marker(getattr(pytest.mark, tier))
