@@ -66,7 +66,7 @@ def wait_until_clean(backend: KubernetesBackend, timeout_s: float = 120) -> None
 def test_objects_as_the_apiserver_stores_them(backend: KubernetesBackend, tmp_path: Path) -> None:
     """While a rollout runs: its Job, pod, Secret and the NetworkPolicies, read back from the API."""
     ns = backend.pod.namespace
-    rollout = launch("objects/r0", run_s=4, log="hello from the harness")
+    rollout = launch("objects-r0", run_s=4, log="hello from the harness")
     name = objects.object_name(rollout.rollout_id)
 
     async def run_and_inspect() -> tuple[LaunchResult, client.V1Job, client.V1Pod, client.V1Secret]:
@@ -123,7 +123,7 @@ def test_group_through_the_launcher_api(backend: KubernetesBackend, tmp_path: Pa
         launch("hangs", run_s=120, timeout_s=2),
     ])
     settings = LauncherSettings(backend="kubernetes", output_root=tmp_path, max_parallel_rollouts=16)
-    with TestClient(create_app(settings, backend)) as http:
+    with TestClient(create_app(settings, backend), client=("127.0.0.1", 50000)) as http:
         answer = http.post("/v1/groups", json=group.model_dump(mode="json"), params={"subdir": "step-1"})
         metrics = http.get("/metrics").text
     assert answer.status_code == 200, answer.text

@@ -19,7 +19,7 @@ KEY = "sk-rollout-secret-4f1c"
 POD = PodSettings(namespace="rollouts", launcher_id="ci", registry="registry.local:5000")
 
 
-def launch(rollout_id: str = "job-1/t0/r2", timeout_s: float = 90.5) -> RolloutLaunch:
+def launch(rollout_id: str = "job-1.t0.r2", timeout_s: float = 90.5) -> RolloutLaunch:
     env = rollout_env(proxy_base_url="http://proxy:8000", rollout_id=rollout_id, api_key=KEY, model="tiny",
                       task={"prompt": "hi"}, task_index=0, rollout_index=2, max_turns=4)
     return RolloutLaunch(rollout_id=rollout_id, image="veri/harness-url:abc123", env=env, timeout_s=timeout_s,
@@ -81,10 +81,10 @@ def test_labels_select_this_launcher_and_annotations_carry_the_rest() -> None:
     assert labels == {"veri.sandbox": "1", "veri.launcher": "ci", "veri.egress": "none"}
     assert objects.launcher_selector("ci") == "veri.sandbox=1,veri.launcher=ci"
     notes = manifest["spec"]["template"]["metadata"]["annotations"]
-    assert notes == {"veri.job": "j1", "veri.rollout_id": "job-1/t0/r2"}
+    assert notes == {"veri.job": "j1", "veri.rollout_id": "job-1.t0.r2"}
 
 
-@pytest.mark.parametrize("rollout_id", ["job-1/t0/r2", "A" * 300, "___", "Ünïcode rollout"])
+@pytest.mark.parametrize("rollout_id", ["job-1/t0/r2", "job-1.t0.r2", "A" * 300, "___", "Ünïcode rollout"])
 def test_object_names_are_dns_labels_and_distinct(rollout_id: str) -> None:
     name = objects.object_name(rollout_id)
     assert len(name) <= 63

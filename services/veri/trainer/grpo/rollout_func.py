@@ -151,10 +151,12 @@ class HarnessRollouts:
         self._dropped += len(dropped)
         lags = [_staleness(group, expected) for group in kept]
         index = _StepIndex()
-        # Filed under the step that trains it (the archive's facet); `staleness` says how far back it was sampled.
+        # Filed under the step that trains it (the archive's facet); `staleness` says how far back it was sampled:
+        # its own oldest span (the group's bound is its oldest rollout's; a group can straddle a weight update).
         collected = [dataclasses.replace(rollout, record=rollout.record.model_copy(
-                         update={"staleness": lag, "policy_step": step, "rollout_index": index.next(group)}))
-                     for group, lag in zip(kept, lags, strict=True) for rollout in group.rollouts]
+                         update={"staleness": _rollout_staleness(rollout, expected), "policy_step": step,
+                                 "rollout_index": index.next(group)}))
+                     for group in kept for rollout in group.rollouts]
         stale = [self._mark_stale(step, rollout, expected, _staleness(group, expected), index.next(group))
                  for group in dropped for rollout in group.rollouts]
         if dropped:
@@ -269,6 +271,12 @@ class _StepIndex:
         index = self._used.get(group.task_index, 0)
         self._used[group.task_index] = index + 1
         return index
+
+
+def _rollout_staleness(rollout: CollectedRollout, expected: int) -> int:
+    """Versions between the rollout's own oldest span and the weights being trained (0 with no span)."""
+    versions = [span.policy_version for span in rollout.record.spans]
+    return expected - min(versions) if versions else 0
 
 
 def _staleness(group: FinishedGroup, expected: int) -> int:
