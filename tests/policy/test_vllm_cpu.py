@@ -240,15 +240,19 @@ def test_a_request_in_flight_is_held_by_pause_and_completes_after_resume(vllm):
     from veri.trainer.weights.vllm_admin import VllmAdmin
 
     admin = VllmAdmin(vllm, timeout_s=60)
-    tokens = 400
+    # As long as --max-model-len allows: the tiny model decodes a few hundred tokens faster than one
+    # /metrics scrape on a loaded box (CI once saw a 400-token request finish before it was seen running).
+    tokens = 2048 - 3
     try:
         with ThreadPoolExecutor(1) as pool:
             running = pool.submit(direct, vllm, [1, 2, 3], max_tokens=tokens, temperature=1.0,
                                   ignore_eos=True, stream=False)
             deadline = time.monotonic() + 120
             while not _running(vllm):  # the request is being decoded
-                assert time.monotonic() < deadline and not running.done(), "the request never started"
-                time.sleep(0.05)
+                if running.done():
+                    pytest.fail(f"the request ended before it was seen running: {running.result()!r:.300}")
+                assert time.monotonic() < deadline, "the request never started"
+                time.sleep(0.02)
             admin.pause()
             assert not running.done()
             held = _tokens_generated(vllm)
