@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -20,8 +22,32 @@ def test_a_host_alias_must_be_name_equals_ip(alias: str) -> None:
     done = subprocess.run([str(VERI), "serve", "launcher", "--backend", "kubernetes",
                            "--host-alias", alias], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert f"--host-alias {alias!r} is not NAME=IP" in done.stderr and "proxy=10.0.0.5" in done.stderr
-    assert "Traceback" not in done.stderr
+    # A malformed pair is argparse's refusal; a name without an IP is the setting's (the same check
+    # $VERI_LAUNCHER_HOST_ALIASES gets): both name the flag, the pair and an example.
+    assert "--host-alias" in done.stderr and "NAME=IP" in done.stderr and "proxy=10.0.0.5" in done.stderr
+    assert alias in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_variable_sets_a_launcher_knob_and_a_flag_wins() -> None:
+    """Each LauncherSettings field is a flag and a VERI_LAUNCHER_<FIELD> variable, declared once."""
+    from veri.core.settings_cli import settings_from_flags
+    from veri.launcher.cli import FLAG_NAMES, register_serve
+    from veri.launcher.settings import LauncherSettings
+
+    parser = argparse.ArgumentParser()
+    register_serve(parser.add_subparsers())
+    env = {"VERI_LAUNCHER_MAX_PARALLEL_ROLLOUTS": "7", "VERI_LAUNCHER_HOST_ALIASES": '{"proxy": "10.0.0.5"}',
+           "VERI_LAUNCHER_NAMESPACE": "team-a", "VERI_LAUNCHER_REGISTRY": ""}
+    with mock.patch.dict(os.environ, env):
+        from_env = settings_from_flags(LauncherSettings, parser.parse_args(["launcher"]), rename=FLAG_NAMES)
+        flagged = settings_from_flags(LauncherSettings, parser.parse_args(
+            ["launcher", "--max-parallel", "3", "--host-alias", "web=10.0.0.6", "--unsafe-runc"]), rename=FLAG_NAMES)
+    assert (from_env.max_parallel_rollouts, from_env.host_aliases, from_env.namespace) == (7, {"proxy": "10.0.0.5"},
+                                                                                           "team-a")
+    assert from_env.registry is None  # compose's `${X:-}`: an empty variable is the default
+    assert (flagged.max_parallel_rollouts, flagged.unsafe_runc) == (3, True)
+    assert flagged.host_aliases == {"proxy": "10.0.0.5", "web": "10.0.0.6"}  # a KEY=VALUE flag adds a pair
+    assert flagged.namespace == "team-a"  # not given as a flag: still the variable's
 
 
 def test_the_output_root_on_the_node_follows_the_longest_host_path() -> None:

@@ -1,5 +1,5 @@
 """A job's `chat_template_kwargs` reach the proxy's rendering: `veri stack-env` exports them, compose
-hands them to `veri serve proxy` ($VERI_CHAT_TEMPLATE_KWARGS or --chat-template-kwargs)."""
+hands them to `veri serve proxy` ($VERI_PROXY_CHAT_TEMPLATE_KWARGS or --chat-template-kwargs)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import yaml
 from transformers import AutoTokenizer
 
 from veri.appliance.stack_env import stack_env
-from veri.proxy.app import settings_from_args
-from veri.proxy.cli import register_serve
+from veri.proxy.cli import register_serve, settings_from_args
 from veri.proxy.rendering import ChatRendering
 
 MESSAGES = [{"role": "user", "content": "What is 2 + 2?"}]
@@ -32,15 +31,15 @@ def test_the_flag_and_the_variable_set_the_rendering(tiny_model: Path, tmp_path:
     default = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False)
     assert expected != default  # the kwarg changes the prompt of this template
 
-    monkeypatch.delenv("VERI_CHAT_TEMPLATE_KWARGS", raising=False)
+    monkeypatch.delenv("VERI_PROXY_CHAT_TEMPLATE_KWARGS", raising=False)
     flagged = settings_from_args(parse(["--model", str(tiny_model), "--store", str(tmp_path),
                                         "--chat-template-kwargs", '{"enable_thinking": false}']))
     assert list(ChatRendering(flagged).renderer.render_ids(MESSAGES, add_generation_prompt=True)) == expected
     assert settings_from_args(parse(["--model", str(tiny_model)])).chat_template_kwargs == {}
 
-    monkeypatch.setenv("VERI_CHAT_TEMPLATE_KWARGS", '{"enable_thinking": false}')
+    monkeypatch.setenv("VERI_PROXY_CHAT_TEMPLATE_KWARGS", '{"enable_thinking": false}')
     assert settings_from_args(parse(["--model", str(tiny_model)])).chat_template_kwargs == {"enable_thinking": False}
-    monkeypatch.setenv("VERI_CHAT_TEMPLATE_KWARGS", "")  # compose's default: none
+    monkeypatch.setenv("VERI_PROXY_CHAT_TEMPLATE_KWARGS", "")  # compose's default: none
     assert settings_from_args(parse(["--model", str(tiny_model)])).chat_template_kwargs == {}
 
 

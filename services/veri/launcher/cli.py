@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import sys
-from pathlib import Path
 
 from veri.core import envs
+
+# The token comes from VERI_CONTROL_TOKEN, never from a command line others can read.
+NOT_FLAGS = ("token",)
+FLAG_NAMES = {"max_parallel_rollouts": "--max-parallel", "host_paths": "--host-path", "host_aliases": "--host-alias"}
+METAVARS = {"host_paths": "HERE=HOST", "host_aliases": "NAME=IP"}
+KUBERNETES_FIELDS = ("namespace", "runtime_class", "registry", "output_claim", "kubeconfig", "proxy_port",
+                     "create_per_second", "create_burst", "sandbox_egress", "registry_insecure", "host_aliases")
 
 
 def register_serve(services: argparse._SubParsersAction) -> None:
@@ -17,39 +22,14 @@ def register_serve(services: argparse._SubParsersAction) -> None:
         description="Run groups of harness rollouts in sandboxes: POST /v1/groups (GroupLaunch JSON) answers "
                     "one LaunchResult per rollout when the group is done. The docker backend needs the docker socket.",
     )
-    launcher.add_argument("--backend", choices=("docker", "kubernetes", "local"), default="docker",
-                          help="docker: gVisor sandboxes (default); kubernetes: one Job per rollout (gVisor "
-                               "RuntimeClass); local: plain processes, dev only, no isolation")
-    launcher.add_argument("--network", default="veri-rollouts", help="docker network of the sandboxes (rollouts only)")
-    launcher.add_argument("--output-root", type=Path, default=Path("build/rollouts"),
-                          help="where each rollout's VERI_OUTPUT_DIR is collected (the trainer reads the same path)")
-    launcher.add_argument("--launcher-id", default="default",
-                          help="label of this launcher's sandboxes (leftovers with it are removed at start)")
-    launcher.add_argument("--max-parallel", type=int, default=64, help="sandboxes alive at once, over all groups")
-    launcher.add_argument("--unsafe-runc", action="store_true",
-                          help="run sandboxes with runc instead of gVisor: NO isolation from the host kernel")
-    launcher.add_argument("--host-path", action="append", default=[], metavar="HERE=HOST",
-                          help="a folder as this process sees it = the host's path (bind mounts name host paths; "
-                               "read from this container's mounts when omitted)")
-    k8s = launcher.add_argument_group("backend kubernetes")
-    k8s.add_argument("--namespace", default="veri-rollouts", help="namespace of the rollout Jobs")
-    k8s.add_argument("--runtime-class", default="gvisor", help="RuntimeClass of rollout pods (runsc on the nodes)")
-    k8s.add_argument("--registry", default=None, help="registry the nodes pull harness images from "
-                                                       "(veri harness push --registry R): images become R/<image>")
-    k8s.add_argument("--output-claim", default=None, help="PVC mounted at --output-root here and by each rollout "
-                                                           "pod (subPath); without it a hostPath of the same path")
-    k8s.add_argument("--kubeconfig", type=Path, default=None, help="else in-cluster, $KUBECONFIG, ~/.kube/config")
-    k8s.add_argument("--proxy-port", type=int, default=8000, help="the proxy's rollout port (NetworkPolicy)")
-    k8s.add_argument("--create-per-second", type=float, default=20.0, help="rollouts created per second")
-    k8s.add_argument("--create-burst", type=int, default=20, help="rollouts created at once before the rate")
-    k8s.add_argument("--registry-insecure", action="store_true", help="the registry speaks http (its labels are read)")
-    k8s.add_argument("--sandbox-egress", choices=("web", "none"), default="web",
-                     help="without --registry (no image labels to read): every rollout pod reaches the proxy and "
-                          "the public web (web), or only the proxy (none)")
-    k8s.add_argument("--host-alias", action="append", default=[], metavar="NAME=IP",
-                     help="pin NAME to IP in every rollout pod's /etc/hosts (hostAliases; the NetworkPolicies allow "
-                          "IP): a proxy and web fixture outside the cluster, e.g. proxy=10.0.0.5 (compose's "
-                          "VERI_K8S_STACK_ADDRESS). The output root's node path comes from --host-path")
+    from veri.core.settings_cli import add_settings_flags
+    from veri.launcher.settings import LauncherSettings
+
+    kubernetes = [name for name in LauncherSettings.model_fields if name in KUBERNETES_FIELDS]
+    add_settings_flags(launcher, LauncherSettings, exclude=(*kubernetes, *NOT_FLAGS), rename=FLAG_NAMES,
+                       metavars=METAVARS)
+    add_settings_flags(launcher.add_argument_group("backend kubernetes"), LauncherSettings, names=kubernetes,
+                       rename=FLAG_NAMES, metavars=METAVARS)
     launcher.add_argument("--host", default="127.0.0.1")
     launcher.add_argument("--port", type=int, default=8002)
     launcher.set_defaults(func=_serve)
@@ -58,45 +38,23 @@ def register_serve(services: argparse._SubParsersAction) -> None:
 def _serve(args: argparse.Namespace) -> int:
     from veri.core.auth import BindRefused, refuse_open_bind
     from veri.core.logging import configure_service_logging
+    from veri.core.settings_cli import SettingsError, settings_from_flags
+    from veri.launcher.settings import LauncherSettings
 
+    given = {"token": token} if (token := os.environ.get(envs.VERI_CONTROL_TOKEN)) else {}
     try:
-        refuse_open_bind(service="veri serve launcher", host=args.host, token=os.environ.get(envs.VERI_CONTROL_TOKEN))
+        settings = settings_from_flags(LauncherSettings, args, rename=FLAG_NAMES, **given)
+        refuse_open_bind(service="veri serve launcher", host=args.host, token=settings.token)
+    except SettingsError as refused:
+        print(f"veri serve launcher: {refused}", file=sys.stderr)
+        return 2
     except BindRefused as refused:
         print(refused, file=sys.stderr)
         return 2
     configure_service_logging("launcher")
     from veri.launcher.app import serve
     from veri.launcher.errors import LauncherError
-    from veri.launcher.settings import LauncherSettings
 
-    host_paths = {}
-    for item in args.host_path:
-        here, sep, host = item.partition("=")
-        if not sep:
-            print(f"veri serve launcher: --host-path {item!r} is not HERE=HOST", file=sys.stderr)
-            return 2
-        host_paths[here] = host
-    host_aliases = {}
-    for item in args.host_alias:
-        name, sep, ip = item.partition("=")
-        try:
-            ipaddress.ip_address(ip)
-        except ValueError:
-            sep = ""
-        if not sep or not name:
-            print(f"veri serve launcher: --host-alias {item!r} is not NAME=IP (an IP address, e.g. "
-                  "proxy=10.0.0.5)", file=sys.stderr)
-            return 2
-        host_aliases[name] = ip
-    settings = LauncherSettings(
-        backend=args.backend, network=args.network, output_root=args.output_root, launcher_id=args.launcher_id,
-        max_parallel_rollouts=args.max_parallel, unsafe_runc=args.unsafe_runc,
-        token=os.environ.get(envs.VERI_CONTROL_TOKEN) or None, host_paths=host_paths,
-        namespace=args.namespace, runtime_class=args.runtime_class, registry=args.registry,
-        output_claim=args.output_claim, kubeconfig=args.kubeconfig, proxy_port=args.proxy_port,
-        create_per_second=args.create_per_second, create_burst=args.create_burst,
-        sandbox_egress=args.sandbox_egress, registry_insecure=args.registry_insecure, host_aliases=host_aliases,
-    )
     try:
         serve(settings, args.host, args.port)
     except LauncherError as exc:  # expected: one line with the fix, no traceback (launcher/errors.py)

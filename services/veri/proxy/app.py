@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import gc
-import os
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import structlog
 from fastapi import FastAPI, Request, Response
 from starlette.exceptions import HTTPException
 
-from veri.core import envs
 from veri.core.gunicorn_server import serve_under_gunicorn
 from veri.core.logging import AccessLog
 from veri.core.metrics import worker_exiting
@@ -109,40 +105,12 @@ def create_app(settings: ProxySettings) -> FastAPI:
     return app
 
 
-def settings_from_args(args: argparse.Namespace) -> ProxySettings:
-    return ProxySettings(
-        **policy_urls(args.policy_url),
-        data_parallel_size=args.data_parallel_size,
-        model_dir=args.model,
-        renderer=args.renderer,
-        served_model_name=args.served_model_name,
-        store_dir=args.store,
-        public_url=args.public_url,
-        control_token=os.environ.get(envs.VERI_CONTROL_TOKEN) or None,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        max_tokens=args.max_tokens,
-        hosted_tools=args.hosted_tools,
-        max_body_bytes=args.max_body_bytes,
-        chat_template_kwargs=args.chat_template_kwargs,
-        record_requests=args.record_requests,
-    )
-
-
-def policy_urls(values: list[str]) -> dict[str, Any]:
-    """`--policy-url` as given (repeated and/or comma-separated) -> policy_url or policy_urls."""
-    urls = [url.strip() for value in values for url in value.split(",") if url.strip()]
-    return {"policy_url": urls[0]} if len(urls) == 1 else {"policy_urls": urls}
-
-
-def serve(args: argparse.Namespace) -> None:
+def serve(settings: ProxySettings, *, host: str, port: int, workers: int) -> None:
     """Under gunicorn, whatever `--workers`: a worker that dies is replaced, the session goes on.
 
     Several workers share nothing but the span store, which holds every session's state, and this
     start's metrics folder, where each worker writes its values for any worker's /metrics to sum
     (`veri serve proxy` sets it before prometheus-client is imported)."""
-    settings = settings_from_args(args)
-
     def worker_exited(pid: int) -> None:
         # A worker killed mid-call leaves its tries in flight: a retry of one must not wait for it.
         store = SpanStore(settings.store_dir)
@@ -153,5 +121,5 @@ def serve(args: argparse.Namespace) -> None:
         finally:
             store.close()
 
-    serve_under_gunicorn(lambda: create_app(settings), name="proxy", host=args.host, port=args.port,
-                         workers=args.workers, keep_alive_s=KEEP_ALIVE_S, on_worker_exit=worker_exited)
+    serve_under_gunicorn(lambda: create_app(settings), name="proxy", host=host, port=port,
+                         workers=workers, keep_alive_s=KEEP_ALIVE_S, on_worker_exit=worker_exited)

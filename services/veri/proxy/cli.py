@@ -6,56 +6,31 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 from veri.core import envs
+
+# ProxySettings fields that are not flags: the policy URLs have their own (repeatable, comma-separated)
+# flag; the control token comes from VERI_CONTROL_TOKEN, never from a command line others can read.
+NOT_FLAGS = ("policy_url", "policy_urls", "control_token")
+FLAG_NAMES = {"model_dir": "--model", "store_dir": "--store"}
 
 
 def register_serve(services: argparse._SubParsersAction) -> None:
     proxy = services.add_parser("proxy", help="the capture proxy (OpenAI + Anthropic routes per rollout)")
-    proxy.add_argument("--policy-url", required=True, action="append", metavar="URL",
+    from veri.core.settings_cli import add_settings_flags
+    from veri.proxy.settings import ProxySettings
+
+    proxy.add_argument("--policy-url", action="append", metavar="URL", dest="policy_url_flags",
                        help="base URL of the policy server (vLLM or hf); repeat it, or separate URLs with commas,"
-                            " for several replicas (each rollout's calls stay on one)")
-    proxy.add_argument("--data-parallel-size", type=int, default=1, metavar="D",
-                       help="the policy's `vllm serve --data-parallel-size`: pin each rollout to one rank"
-                            " (X-data-parallel-rank)")
-    proxy.add_argument("--model", type=Path, required=True, help="model folder (tokenizer + chat template)")
-    proxy.add_argument("--served-model-name", default=None, help="model name the policy serves (default: its only one)")
-    proxy.add_argument("--renderer", default="auto", help="renderers name (qwen3, default, ...) or auto")
-    proxy.add_argument("--host", default="127.0.0.1")
-    proxy.add_argument("--port", type=int, default=8000)
-    proxy.add_argument("--store", type=Path, default=Path("build/spans"), help="span store folder")
-    proxy.add_argument("--public-url", default=None, help="base URL harnesses use to reach this proxy")
-    proxy.add_argument("--temperature", type=float, default=1.0)
-    proxy.add_argument("--top-p", type=float, default=1.0)
-    proxy.add_argument("--max-tokens", type=int, default=1024, help="cap on tokens per model call")
-    proxy.add_argument("--hosted-tools", choices=["drop", "refuse"], default="drop",
-                       help="a request's hosted tools (web_search, ...; the policy cannot run them): drop them from"
-                            " the prompt, named on the span (default), or refuse the request with 400")
-    proxy.add_argument("--chat-template-kwargs", type=_json_object, metavar="JSON",
-                       default=os.environ.get(envs.VERI_CHAT_TEMPLATE_KWARGS, ""),
-                       help="extra chat template variables, a JSON object, e.g. '{\"enable_thinking\": false}' "
-                            f"(default ${envs.VERI_CHAT_TEMPLATE_KWARGS} or none)")
+                            " for several replicas (each rollout's calls stay on one); else"
+                            f" ${envs.VERI_PROXY_PREFIX}POLICY_URL or ${envs.VERI_PROXY_PREFIX}POLICY_URLS"
+                            " (a JSON list)")
+    add_settings_flags(proxy, ProxySettings, exclude=NOT_FLAGS, rename=FLAG_NAMES)
+    proxy.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    proxy.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
     proxy.add_argument("--workers", type=int, default=1,
-                       help="worker processes under gunicorn (a worker that dies is replaced)")
-    proxy.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024)
-    proxy.add_argument("--record-requests", action="store_true",
-                       help="keep every session's requests as sent, for `veri replay record` (default: only"
-                            " sessions opened with record_requests)")
+                       help="worker processes under gunicorn (a worker that dies is replaced; default 1)")
     proxy.set_defaults(func=_serve)
-
-
-def _json_object(text: str) -> dict:
-    if not text.strip():
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError as error:
-        hint = "pass an object like '{\"enable_thinking\": false}'"
-        raise argparse.ArgumentTypeError(f"not JSON ({error}): {hint}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object, like '{\"enable_thinking\": false}'")
-    return value
 
 
 def register_session(commands: argparse._SubParsersAction) -> None:
@@ -75,19 +50,39 @@ def register_session(commands: argparse._SubParsersAction) -> None:
         action.set_defaults(func=_session)
 
 
+def settings_from_args(args: argparse.Namespace):
+    """ProxySettings from the flags given, then VERI_PROXY_<FIELD>, then the defaults (core/settings_cli.py);
+    a SettingsError names the flag and the variable of a value refused."""
+    from veri.core.settings_cli import settings_from_flags
+    from veri.proxy.settings import ProxySettings
+
+    given: dict = policy_urls(args.policy_url_flags) if args.policy_url_flags else {}
+    if token := os.environ.get(envs.VERI_CONTROL_TOKEN):
+        given["control_token"] = token
+    return settings_from_flags(ProxySettings, args, rename=FLAG_NAMES, **given)
+
+
+def policy_urls(values: list[str]) -> dict:
+    """`--policy-url` as given (repeated and/or comma-separated) -> policy_url or policy_urls."""
+    urls = [url.strip() for value in values for url in value.split(",") if url.strip()]
+    # Both keys: the flag replaces whichever of the two variables is set.
+    return {"policy_url": urls[0], "policy_urls": []} if len(urls) == 1 else {"policy_url": None, "policy_urls": urls}
+
+
 def _serve(args: argparse.Namespace) -> int:
+    from veri.core.auth import BindRefused, refuse_open_bind
     from veri.core.gunicorn_server import prometheus_multiprocess_dir
     from veri.core.logging import configure_service_logging
+    from veri.core.settings_cli import SettingsError
 
     if args.workers < 1:
         print(f"veri serve proxy: --workers {args.workers}: give 1 or more", file=sys.stderr)
         return 2
-    from veri.core.auth import BindRefused, refuse_open_bind
-
     try:
-        refuse_open_bind(service="veri serve proxy", host=args.host, token=os.environ.get(envs.VERI_CONTROL_TOKEN))
-    except BindRefused as refused:
-        print(refused, file=sys.stderr)
+        settings = settings_from_args(args)
+        refuse_open_bind(service="veri serve proxy", host=args.host, token=settings.control_token)
+    except (SettingsError, BindRefused) as refused:
+        print(f"veri serve proxy: {refused}" if isinstance(refused, SettingsError) else refused, file=sys.stderr)
         return 2
     configure_service_logging("proxy", libraries=("transformers",))
     # A fresh multiprocess folder per start, set before prometheus-client is imported: workers come and
@@ -95,7 +90,7 @@ def _serve(args: argparse.Namespace) -> int:
     with prometheus_multiprocess_dir("veri-proxy-metrics-"):
         from veri.proxy.app import serve
 
-        serve(args)
+        serve(settings, host=args.host, port=args.port, workers=args.workers)
     return 0
 
 
