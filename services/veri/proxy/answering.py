@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from veri.core.records import Protocol
-from veri.proxy.capture import ChatTurn, Sample
 from veri.proxy.deps import RolloutCall
 from veri.proxy.rollout_routes import RolloutRoute
+from veri.proxy.samples import ChatTurn, Sample
 
 Response = dict[str, Any]
 

@@ -8,19 +8,19 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import structlog
-from fastapi import FastAPI, Request, Response
+from fastapi import Depends, FastAPI, Request, Response
 from starlette.exceptions import HTTPException
 
 from veri.core.gunicorn_server import serve_under_gunicorn
 from veri.core.logging import AccessLog
-from veri.core.metrics import worker_exiting
+from veri.core.metrics import metrics_payload, worker_exiting
 from veri.proxy.anthropic.api_router import router as anthropic_router
 from veri.proxy.capture import CaptureService
 from veri.proxy.control.api_router import router as control_router
+from veri.proxy.control.auth import require_control
 from veri.proxy.deps import json_response
 from veri.proxy.errors import ProxyError, RouteRefused, anthropic_error_body, openai_error_body
 from veri.proxy.metrics import ProxyMetrics
-from veri.proxy.metrics import router as metrics_router
 from veri.proxy.openai.api_router import router as openai_router
 from veri.proxy.recording import RequestRecorder
 from veri.proxy.rendering import ChatRendering, model_name
@@ -71,8 +71,14 @@ def create_app(settings: ProxySettings) -> FastAPI:
     app.include_router(anthropic_router)
     app.include_router(responses_router)
     app.include_router(control_router)
-    app.include_router(metrics_router)
+    app.state.settings = settings  # what the control routes' token check reads (control/auth.py)
     app.state.metrics = metrics
+
+    @app.get("/metrics", dependencies=[Depends(require_control)])
+    async def prometheus_metrics() -> Response:
+        body, content_type = metrics_payload(metrics.registry)
+        return Response(body, media_type=content_type)
+
     app.add_middleware(metrics.routes.middleware)
     app.add_middleware(RequestRecorder)
     app.add_middleware(AccessLog)

@@ -25,12 +25,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from veri.core.metrics import LATENCY_BUCKETS, RouteMetrics, metrics_payload
+from veri.core.metrics import LATENCY_BUCKETS, RouteMetrics
 from veri.core.records import PromptSource, Protocol, Span
-from veri.proxy.control.api_router import require_control
 from veri.proxy.errors import InvalidRequest, PolicyAborted, PolicyUnavailable, ProxyError
 from veri.proxy.rollout_routes import BY_TEMPLATE
 
@@ -96,16 +94,3 @@ class ProxyMetrics:
             raise
         finally:
             self.policy_call.labels(str(replica), outcome).observe(time.perf_counter() - started)
-
-
-def proxy_metrics(request: Request) -> ProxyMetrics:
-    return request.app.state.metrics
-
-
-router = APIRouter(dependencies=[Depends(require_control)])
-
-
-@router.get("/metrics")
-async def metrics(request: Request) -> Response:
-    body, content_type = metrics_payload(proxy_metrics(request).registry)
-    return Response(body, media_type=content_type)

@@ -9,11 +9,9 @@ starts. The rollout's key is not kept: a replay presents its own session's key t
 
 from __future__ import annotations
 
-import hashlib
 import re
 import time
 from collections import OrderedDict
-from pathlib import Path
 from typing import Any
 
 from veri.proxy.capture import CaptureService
@@ -108,16 +106,3 @@ def _replayed(body: bytes, receive: Any, *, more: bool) -> Any:
 
     return replay
 
-
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
-                    "special_tokens_map.json", "veri.json")
-
-
-def model_fingerprint(model_dir: Path) -> str:
-    """sha256 over the files that decide rendering (tokenizer, chat template, veri's renderer hint)."""
-    digest = hashlib.sha256()
-    for name in _TOKENIZER_FILES:
-        path = model_dir / name
-        if path.is_file():
-            digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()

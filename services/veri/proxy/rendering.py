@@ -8,6 +8,7 @@ render, and the span records why.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,3 +175,17 @@ def template_identity(renderer: Any, tokenizer: Any) -> str:
 
 def model_name(settings: ProxySettings) -> str:
     return settings.served_model_name or Path(settings.model_dir).name
+
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
+                    "special_tokens_map.json", "veri.json")
+
+
+def model_fingerprint(model_dir: Path) -> str:
+    """sha256 over the files that decide rendering (tokenizer, chat template, veri's renderer hint)."""
+    digest = hashlib.sha256()
+    for name in _TOKENIZER_FILES:
+        path = model_dir / name
+        if path.is_file():
+            digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()

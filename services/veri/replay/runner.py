@@ -25,7 +25,7 @@ from veri.core.episodes import Episode
 from veri.core.records import RecordedRequest, Span
 from veri.core.rollouts import RewardOutcome
 from veri.proxy.control_client import ControlClient
-from veri.proxy.recording import model_fingerprint
+from veri.proxy.rendering import model_fingerprint
 from veri.replay import policy
 from veri.replay.recording import Recording, RecordingError, episode_of, score
 

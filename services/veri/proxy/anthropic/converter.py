@@ -10,8 +10,8 @@ from typing import Any
 
 from veri.core.records import HostedTools
 from veri.proxy.anthropic.protocol import AnthropicMessage, MessagesRequest
-from veri.proxy.capture import ChatTurn
 from veri.proxy.errors import HostedToolsRefused, InvalidRequest, UnsupportedContent
+from veri.proxy.samples import ChatTurn
 
 _UNSUPPORTED_BLOCKS = {"image", "document", "audio", "input_audio", "file", "container_upload"}
 _IGNORED_BLOCKS = {"redacted_thinking"}  # opaque to a token-native policy; never rendered

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from veri.proxy.capture import Sample
+from veri.proxy.samples import Sample
 
 _STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "stop_sequence": "stop_sequence"}
 

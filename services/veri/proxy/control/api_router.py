@@ -11,21 +11,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
-from veri.core.auth import bearer, refusal
 from veri.core.records import CaptureConfig, RecordedRequest, ReplicaStats, SessionCreate, SessionInfo, Span
+from veri.proxy.control.auth import require_control
 from veri.proxy.deps import capture_service, parse_body
-from veri.proxy.errors import ControlUnauthorized
-from veri.proxy.recording import model_fingerprint
+from veri.proxy.rendering import model_fingerprint
 from veri.proxy.requests import read_json_body
 from veri.proxy.store import SessionRow
-
-
-def require_control(request: Request) -> None:
-    why = refusal(token=capture_service(request).settings.control_token,
-                  presented=bearer(request.headers.get("authorization")),
-                  client_host=request.client.host if request.client else None, what="control routes")
-    if why:
-        raise ControlUnauthorized(why)
 
 
 class PolicyVersionUpdate(BaseModel):

@@ -9,9 +9,9 @@ from typing import Any
 
 import orjson
 
-from veri.proxy.capture import ChatTurn, Sample
 from veri.proxy.errors import InvalidRequest, UnsupportedContent
 from veri.proxy.openai.protocol import ChatCompletionRequest, ChatMessage
+from veri.proxy.samples import ChatTurn, Sample
 
 _UNSUPPORTED_PARTS = {"image_url", "input_audio", "file", "image", "audio", "input_image", "input_file"}
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from veri.core.records import HostedTools
-from veri.proxy.capture import ChatTurn
 from veri.proxy.errors import HostedToolsRefused, InvalidRequest, UnsupportedContent
 from veri.proxy.responses.protocol import ResponsesRequest
+from veri.proxy.samples import ChatTurn
 
 _UNSUPPORTED_PARTS = {"input_image", "input_file", "input_audio", "image_url", "file"}
 _TEXT_PARTS = {"input_text", "output_text", "text", "summary_text", "reasoning_text", "refusal"}

@@ -10,9 +10,9 @@ from typing import Any
 
 import orjson
 
-from veri.proxy.capture import Sample
 from veri.proxy.responses.converter import function_tools
 from veri.proxy.responses.protocol import ResponsesRequest
+from veri.proxy.samples import Sample
 
 
 def _item_id(prefix: str) -> str:
