@@ -250,8 +250,8 @@ class FilesystemSync:
         except HttpCallError as error:
             fix = fix or ("it runs with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 when vllm_sleep_mode is set")
             raise WeightSyncError(
-                f"the vLLM policy server at {server.base_url} did not {what} for step {step} ({error.outcome}:"
-                f" {error.detail[:300]}{_gone(error)}): {fix}; its log (`make logs`) says why"
+                f"the vLLM policy server at {server.base_url} did not {what} for step {step}"
+                f" ({_why(error, server.bounds.control_s)}): {fix}; its log (`make logs`) says why"
             ) from error
 
     def _check_loaded(self, server: VllmAdmin, step: int) -> None:
@@ -284,9 +284,8 @@ class FilesystemSync:
         except HttpCallError as error:
             raise WeightSyncError(
                 f"the vLLM policy server at {server.base_url} did not load the weights of step {step}"
-                f"{f' within {server.timeout_s:g} s' if error.status is None else ''} ({error.outcome}:"
-                f" {error.detail[:300]}{_gone(error)}); {error.fix}: its log (`make logs`) says why, and the job"
-                " resumes from its last checkpoint with RESUME=1"
+                f" ({_why(error, server.timeout_s)}); its log (`make logs`) says why, and the job resumes from its"
+                " last checkpoint with RESUME=1"
             ) from error
         if not answers or any(not isinstance(answer, dict) or answer.get("folder") != str(path) for answer in answers):
             raise WeightSyncError(f"the vLLM policy server at {server.base_url} answered {answers!r} to loading"
@@ -297,8 +296,12 @@ class FilesystemSync:
 
 
 
-def _gone(error: HttpCallError) -> str:
-    """What no answer means here: the server died, restarted or hung mid-call."""
+def _why(error: HttpCallError, timeout_s: float) -> str:
+    """What went wrong with one call: a timeout, a server that died or restarted mid-call, or its answer."""
     if error.status is not None:
-        return ""
-    return "; no answer: the server died, restarted or hung mid-call (`make up` starts it again)"
+        fix = f"; {error.fix}" if error.fix != "see the service's log" else ""
+        return f"{error.status}: {error.detail[:300]}{fix}"
+    if "Timeout" in error.detail or "timed out" in error.detail:
+        return f"no answer within {timeout_s:g} s: {error.detail[:200]}"
+    return (f"no answer: {error.detail[:200]}; the server died, restarted or is down (`make up` starts it"
+            " again)")
