@@ -366,7 +366,9 @@ def test_two_servers_one_failing_its_reload_fail_the_step_naming_it(vllm, vllm_m
 
 
 class KillOnReload(httpx.HTTPTransport):
-    """Kills the server's container as the reload request goes out: the server dies mid-sync."""
+    """Kills the server's container as the reload request goes out: the server dies mid-sync, during the
+    reload or, when the warm server answers before the kill lands, before the prefix-cache reset (the
+    reload's answer is handed on only once the container is dead)."""
 
     def __init__(self, container) -> None:
         super().__init__()
@@ -377,6 +379,10 @@ class KillOnReload(httpx.HTTPTransport):
         if request.url.path == "/collective_rpc" and b"veri_reload_weights" in request.content and self.killer is None:
             self.killer = threading.Thread(target=self.container.kill)
             self.killer.start()
+            try:
+                return super().handle_request(request)
+            finally:
+                self.killer.join(60)
         return super().handle_request(request)
 
 

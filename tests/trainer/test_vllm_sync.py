@@ -77,7 +77,8 @@ def test_each_server_loads_the_step_folder_and_drops_its_prefix_cache(tmp_path):
 def test_a_server_that_does_not_answer_fails_the_step_by_name(tmp_path):
     hung = server([], fail=httpx.ReadTimeout("timed out"))
     sync = FilesystemSync(trainer_at(3), [hung], tmp_path, report=print, timing=lambda *a: None)
-    with pytest.raises(WeightSyncError, match=r"http://policy:8001 did not load the weights of step 3 \(no answer within 5 s: ReadTimeout"):
+    expected = r"http://policy:8001 did not load the weights of step 3 \(no answer within 5 s: ReadTimeout"
+    with pytest.raises(WeightSyncError, match=expected):
         sync.sync_weights()
 
 
@@ -149,7 +150,8 @@ def test_every_server_is_loaded_and_each_failure_is_named_with_the_ones_that_hol
     message = str(failed.value)
     assert message.startswith("1 of 2 vLLM policy server(s) did not take step 2's weights; http://policy-1:8001")
     assert "http://policy-0:8001 did not load the weights of step 2" in message
-    assert "(no answer: RemoteProtocolError: Server disconnected without sending a response.; the server died," in message
+    assert "(no answer: RemoteProtocolError: Server disconnected without sending a response.; the server died" \
+        in message
     assert "RESUME=1" in message
     assert rpc_paths(calls_b) == [RELOAD_METHOD, "/reset_prefix_cache"]  # the second was loaded all the same
     assert (tmp_path / "step-000002").is_dir()  # kept: not every server holds it

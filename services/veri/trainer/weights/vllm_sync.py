@@ -21,7 +21,10 @@ Faults end the step, never hang it (docs/reliability.md, "Weight-sync faults"):
     named       a timeout, a refused or cut-off connection, a malformed answer: `WeightSyncError`
                 naming the server, what it did not do, and the fix
     every one   each server is loaded even when an earlier one failed, and each answer is checked;
-                the error names every server that failed and every one that holds the step
+                the error names every server that failed and every one that holds the step. One
+                vLLM server with --data-parallel-size runs the reload on every engine (a replica
+                that raises fails the call) but answers engine 0's results only (vLLM 0.31,
+                `DPLBAsyncMPClient.call_utility_async`): the others' answers are not checked.
     restarted   a server that loaded nothing since it started (`VllmAdmin.loaded_weights` answers
                 None) after this job loaded it: re-initialised, the step goes on (the load is the
                 whole state dict); the job log says so. One holding a folder this job did not give
