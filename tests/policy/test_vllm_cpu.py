@@ -7,6 +7,9 @@ what a GPU job would capture. Without the image or a Docker daemon the tests ski
 under CI, where that is a failure (tests/sandbox/conftest.py `unavailable`). Starting it takes ~40 s
 warm, ~100 s cold, on the 2-core box.
 
+The last tests are the filesystem weight sync's faults (docs/reliability.md, "Weight-sync faults"), with
+this checkout's worker extension mounted over the image's; the last one kills the module's server.
+
 vLLM's CPU attention kernels take head sizes 32..512: vLLM serves `veri model tiny-vllm`, the tiny model
 with head_dim 32 (same tokenizer, chat template and seeded-weight scheme).
 """
@@ -363,6 +366,63 @@ def test_two_servers_one_failing_its_reload_fail_the_step_naming_it(vllm, vllm_m
         failing.close()
         process.terminate()
         process.wait()
+
+
+def _healthy(url: str, container, seconds: float = 300) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        container.reload()
+        assert container.status != "exited", container.logs(tail=60).decode(errors="replace")
+        assert time.monotonic() < deadline, "vllm serve not healthy again"
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+
+
+def test_a_server_left_paused_by_a_dead_trainer_is_resumed_at_the_next_jobs_start(vllm):
+    from veri.trainer.weights.vllm_admin import VllmAdmin
+    from veri.trainer.weights.vllm_sync import release_held
+
+    admin = VllmAdmin(vllm, timeout_s=60)
+    lines: list[str] = []
+    try:
+        admin.pause()  # the dead trainer's `PausedSync`, which never got to resume
+        assert admin.is_paused() is True
+        release_held([admin], lines.append)
+        assert admin.is_paused() is False and "was paused (a trainer died mid-update): resumed it" in lines[0]
+        release_held([admin], lines.append)  # a server that is not paused: nothing to do, nothing said
+        assert len(lines) == 1
+        assert len(direct(vllm, [1, 2, 3], max_tokens=2, temperature=0.0)["choices"][0]["token_ids"]) == 2
+    finally:
+        admin.resume()
+        admin.close()
+
+
+def test_a_server_restarted_mid_job_is_reinitialised_and_the_step_goes_on(vllm_server, vllm_model, weights_dir):
+    """The real server restarted between two syncs serves the model folder's weights again: the next sync
+    sees it holds nothing (`veri_loaded_weights`), says so, and loads the step's weights into it."""
+    from veri.trainer.weights.vllm_admin import VllmAdmin
+    from veri.trainer.weights.vllm_sync import FilesystemSync
+
+    admin = VllmAdmin(vllm_server.url, timeout_s=120)
+    lines: list[str] = []
+    sync = FilesystemSync(_trainer(vllm_model, 0), [admin], weights_dir / "restarted", report=lines.append,
+                          timing=lambda *a: None)
+    try:
+        sync.sync_weights()
+        vllm_server.container.restart(timeout=5)
+        _healthy(vllm_server.url, vllm_server.container)
+        assert admin.loaded_weights() == [None]
+        sync.trainer.state.global_step = 1
+        sync.sync_weights()
+        assert f"{vllm_server.url} restarted since it loaded" in lines[1], lines
+        assert [answer["folder"] for answer in admin.loaded_weights()] == [str(weights_dir / "restarted" /
+                                                                               "step-000001")]
+    finally:
+        admin.close()
 
 
 class KillOnReload(httpx.HTTPTransport):
