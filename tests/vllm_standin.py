@@ -12,6 +12,9 @@ the replies and routing the proxy must handle:
                          --enable-prompt-tokens-details: the longest prefix (in whole blocks, never the
                          whole prompt) shared with a sequence this rank served before
 
+  --fail-reload          `POST /collective_rpc` answers 500 as vLLM does when a worker raises (a replica
+                         that fails its weight reload)
+
 Any other path answers 200 (so `/health` works). With no options and no PUT the reply is prebuilt
 and nothing is recorded, so the bench measures the proxy, not this.
 """
@@ -29,8 +32,9 @@ RANK_HEADER = b"x-data-parallel-rank"
 
 class Standin:
     def __init__(self, reply_ids: list[int], *, report_version: bool = True, prefix_block: int = 0,
-                 record: bool = False):
+                 record: bool = False, fail_reload: bool = False):
         self.reply_ids = reply_ids
+        self.fail_reload = fail_reload
         self.report_version = report_version
         self.prefix_block = prefix_block
         self.shape: dict = {}
@@ -92,6 +96,7 @@ class Standin:
             body += message.get("body", b"")
             more = message.get("more_body", False)
         path, method = scope["path"], scope["method"]
+        status = 200
         if path == "/standin/reply" and method == "PUT":
             shape = json.loads(body)
             self.shape_left = shape.pop("times", None)
@@ -104,16 +109,20 @@ class Standin:
             delay_s = self.shape.get("delay_s", 0)  # a slow policy: the harness's SDK times out and retries
             payload = self.complete(json.loads(body), int(rank) if rank is not None else None)
             await asyncio.sleep(delay_s)
+        elif path == "/collective_rpc" and self.fail_reload:
+            payload = b'{"error": "RuntimeError: the stand-in fails its weight reload"}'
+            status = 500
         else:
             payload = b"{}"
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
 
 
 def create_app(reply_ids: list[int], *, report_version: bool = True, prefix_block: int = 0,
-               record: bool = False) -> Standin:
-    return Standin(reply_ids, report_version=report_version, prefix_block=prefix_block, record=record)
+               record: bool = False, fail_reload: bool = False) -> Standin:
+    return Standin(reply_ids, report_version=report_version, prefix_block=prefix_block, record=record,
+                   fail_reload=fail_reload)
 
 
 if __name__ == "__main__":
@@ -124,7 +133,8 @@ if __name__ == "__main__":
     parser.add_argument("--prefix-cache", type=int, default=0, metavar="BLOCK",
                         help="report cached prompt tokens, vLLM-style, with this block size")
     parser.add_argument("--record", action="store_true", help="keep every request for GET /standin/requests")
+    parser.add_argument("--fail-reload", action="store_true", help="answer 500 to POST /collective_rpc")
     args = parser.parse_args()
     app = create_app(json.loads(args.reply_ids), report_version=not args.no_version, prefix_block=args.prefix_cache,
-                     record=args.record)
+                     record=args.record, fail_reload=args.fail_reload)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")

@@ -7,6 +7,9 @@ what a GPU job would capture. Without the image or a Docker daemon the tests ski
 under CI, where that is a failure (tests/sandbox/conftest.py `unavailable`). Starting it takes ~40 s
 warm, ~100 s cold, on the 2-core box.
 
+The last tests are the filesystem weight sync's faults (docs/reliability.md, "Weight-sync faults"), with
+this checkout's worker extension mounted over the image's; the last one kills the module's server.
+
 vLLM's CPU attention kernels take head sizes 32..512: vLLM serves `veri model tiny-vllm`, the tiny model
 with head_dim 32 (same tokenizer, chat template and seeded-weight scheme).
 """
@@ -14,10 +17,15 @@ with head_dim 32 (same tokenizer, chat template and seeded-weight scheme).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import anthropic
 import docker
@@ -31,6 +39,7 @@ from tests.sandbox.conftest import unavailable
 from tests.servers import free_port, start_server
 from veri.core.policy_api import CompletionResponse
 from veri.models.tiny import VLLM_CPU_HEAD_DIM, build_tiny_model
+from veri.policy.vllm import WORKER_EXTENSION
 from veri.proxy.control_client import ControlClient
 from veri.proxy.errors import InvalidRequest
 from veri.proxy.policy_client import PolicyClient
@@ -48,6 +57,10 @@ TRL_ROUTES = ["/health", "/v1/models", "/server_info", "/get_world_size", "/init
               "/start_weight_update", "/update_weights", "/finish_weight_update", "/reset_prefix_cache",
               "/v1/completions"]
 MAX_TOKENS = 24
+# This checkout's worker extension over the image's (the filesystem sync's routes are tested as they are here).
+WORKER_FILE = Path(__file__).parents[2] / "services" / "veri" / "policy" / "vllm" / "worker.py"
+IMAGE_WORKER_FILE = "/src/services/veri/policy/vllm/worker.py"
+STANDIN = Path(__file__).parents[1] / "vllm_standin.py"
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +69,15 @@ def vllm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def vllm(vllm_model: Path) -> Iterator[str]:
-    """`vllm serve` on the model in veri/vllm-cpu, as TRL's server mode starts it; published on 127.0.0.1."""
+def weights_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the filesystem sync writes the weights; mounted at the same path in the server."""
+    return tmp_path_factory.mktemp("weights")
+
+
+@pytest.fixture(scope="module")
+def vllm_server(vllm_model: Path, weights_dir: Path) -> Iterator[SimpleNamespace]:
+    """`vllm serve` on the model in veri/vllm-cpu, as TRL's server mode starts it (plus veri's worker
+    extension, for the filesystem sync); published on 127.0.0.1. `.url`, `.container`."""
     try:
         client = docker.from_env(timeout=300)
         client.images.get(IMAGE)
@@ -67,10 +87,12 @@ def vllm(vllm_model: Path) -> Iterator[str]:
         unavailable(f"no Docker daemon ({exc}); run `make docker`")
     port = free_port()
     command = ["vllm", "serve", "/model", "--host", "0.0.0.0", "--port", "8000", "--max-model-len", "2048",
-               "--enforce-eager", "--dtype", "float32", *TRL_SERVER_FLAGS]
+               "--enforce-eager", "--dtype", "float32", *TRL_SERVER_FLAGS, "--worker-extension-cls", WORKER_EXTENSION]
+    volumes = {str(vllm_model): {"bind": "/model", "mode": "ro"}, str(weights_dir): {"bind": str(weights_dir),
+               "mode": "ro"}, str(WORKER_FILE): {"bind": IMAGE_WORKER_FILE, "mode": "ro"}}
     container = client.containers.run(
         IMAGE, command, detach=True, shm_size="1g", labels={LABEL: "vllm-cpu"},
-        volumes={str(vllm_model): {"bind": "/model", "mode": "ro"}}, ports={"8000/tcp": ("127.0.0.1", port)},
+        volumes=volumes, ports={"8000/tcp": ("127.0.0.1", port)},
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -87,10 +109,15 @@ def vllm(vllm_model: Path) -> Iterator[str]:
             except httpx.HTTPError:
                 pass
             time.sleep(1)
-        yield url
+        yield SimpleNamespace(url=url, container=container)
     finally:
         container.remove(force=True)
         client.close()
+
+
+@pytest.fixture(scope="module")
+def vllm(vllm_server: SimpleNamespace) -> str:
+    return vllm_server.url
 
 
 def direct(vllm: str, prompt_ids: list[int], **sampling) -> dict:
@@ -280,3 +307,166 @@ def _running(vllm: str) -> bool:
 
 def _tokens_generated(vllm: str) -> float:
     return _metric(vllm, "vllm:generation_tokens_total")
+
+
+# The filesystem weight sync's faults (trainer/weights/vllm_sync.py; docs/reliability.md "Weight-sync faults").
+
+
+def _trainer(model_dir: Path, step: int) -> SimpleNamespace:
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    return SimpleNamespace(model=model, state=SimpleNamespace(global_step=step))
+
+
+def _standin(*flags: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    process = subprocess.Popen([sys.executable, str(STANDIN), "--port", str(port), "--reply-ids", json.dumps([1]),
+                                "--no-version", *flags])
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        assert process.poll() is None and time.monotonic() < deadline, "the vLLM stand-in did not start"
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+
+
+def test_two_servers_one_failing_its_reload_fail_the_step_naming_it(vllm, vllm_model, weights_dir):
+    """Both servers are loaded; the error names the one that failed and the one that holds the step. The
+    real server then says it holds what this job loaded (`veri_loaded_weights`), and takes the next step."""
+    from veri.trainer.errors import WeightSyncError
+    from veri.trainer.weights.vllm_admin import VllmAdmin
+    from veri.trainer.weights.vllm_sync import FilesystemSync
+
+    process, failing_url = _standin("--fail-reload")
+    real, failing = VllmAdmin(vllm, timeout_s=120), VllmAdmin(failing_url, timeout_s=120)
+    lines: list[str] = []
+    sync = FilesystemSync(_trainer(vllm_model, 0), [failing, real], weights_dir / "two", report=lines.append,
+                          timing=lambda *a: None)
+    try:
+        started = time.monotonic()
+        with pytest.raises(WeightSyncError) as failed:
+            sync.sync_weights()
+        message = str(failed.value)
+        assert message.startswith(f"1 of 2 vLLM policy server(s) did not take step 0's weights; {vllm} loaded them")
+        assert f"{failing_url} did not load the weights of step 0 (500:" in message
+        assert "the stand-in fails its weight reload" in message and "RESUME=1" in message
+        assert time.monotonic() - started < 60
+        step_0 = str(weights_dir / "two" / "step-000000")
+        assert [answer["folder"] for answer in real.loaded_weights()] == [step_0]
+
+        sync.servers = [real]  # the failing one replaced: the next step checks and loads the real one
+        sync.trainer.state.global_step = 1
+        sync.sync_weights()
+        assert [answer["folder"] for answer in real.loaded_weights()] == [step_0.replace("000000", "000001")]
+        assert "step 1: weights loaded by 1 policy server(s)" in lines[-1]
+    finally:
+        real.close()
+        failing.close()
+        process.terminate()
+        process.wait()
+
+
+def _healthy(url: str, container, seconds: float = 300) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        container.reload()
+        assert container.status != "exited", container.logs(tail=60).decode(errors="replace")
+        assert time.monotonic() < deadline, "vllm serve not healthy again"
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+
+
+def test_a_server_left_paused_by_a_dead_trainer_is_resumed_at_the_next_jobs_start(vllm):
+    from veri.trainer.weights.vllm_admin import VllmAdmin
+    from veri.trainer.weights.vllm_sync import release_held
+
+    admin = VllmAdmin(vllm, timeout_s=60)
+    lines: list[str] = []
+    try:
+        admin.pause()  # the dead trainer's `PausedSync`, which never got to resume
+        assert admin.is_paused() is True
+        release_held([admin], lines.append)
+        assert admin.is_paused() is False and "was paused (a trainer died mid-update): resumed it" in lines[0]
+        release_held([admin], lines.append)  # a server that is not paused: nothing to do, nothing said
+        assert len(lines) == 1
+        assert len(direct(vllm, [1, 2, 3], max_tokens=2, temperature=0.0)["choices"][0]["token_ids"]) == 2
+    finally:
+        admin.resume()
+        admin.close()
+
+
+def test_a_server_restarted_mid_job_is_reinitialised_and_the_step_goes_on(vllm_server, vllm_model, weights_dir):
+    """The real server restarted between two syncs serves the model folder's weights again: the next sync
+    sees it holds nothing (`veri_loaded_weights`), says so, and loads the step's weights into it."""
+    from veri.trainer.weights.vllm_admin import VllmAdmin
+    from veri.trainer.weights.vllm_sync import FilesystemSync
+
+    admin = VllmAdmin(vllm_server.url, timeout_s=120)
+    lines: list[str] = []
+    sync = FilesystemSync(_trainer(vllm_model, 0), [admin], weights_dir / "restarted", report=lines.append,
+                          timing=lambda *a: None)
+    try:
+        sync.sync_weights()
+        vllm_server.container.restart(timeout=5)
+        _healthy(vllm_server.url, vllm_server.container)
+        assert admin.loaded_weights() == [None]
+        sync.trainer.state.global_step = 1
+        sync.sync_weights()
+        assert f"{vllm_server.url} restarted since it loaded" in lines[1], lines
+        assert [answer["folder"] for answer in admin.loaded_weights()] == [str(weights_dir / "restarted" /
+                                                                               "step-000001")]
+    finally:
+        admin.close()
+
+
+class KillOnReload(httpx.HTTPTransport):
+    """Kills the server's container as the reload request goes out: the server dies mid-sync, during the
+    reload or, when the warm server answers before the kill lands, before the prefix-cache reset (the
+    reload's answer is handed on only once the container is dead)."""
+
+    def __init__(self, container) -> None:
+        super().__init__()
+        self.container = container
+        self.killer: threading.Thread | None = None
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/collective_rpc" and b"veri_reload_weights" in request.content and self.killer is None:
+            self.killer = threading.Thread(target=self.container.kill)
+            self.killer.start()
+            try:
+                return super().handle_request(request)
+            finally:
+                self.killer.join(60)
+        return super().handle_request(request)
+
+
+def test_a_server_killed_during_a_sync_fails_the_step_promptly_by_name(vllm_server, vllm_model, weights_dir):
+    """Last in the module: it kills the module's server (the fixture's teardown removes it)."""
+    from veri.trainer.errors import WeightSyncError
+    from veri.trainer.weights.vllm_admin import VllmAdmin
+    from veri.trainer.weights.vllm_sync import FilesystemSync
+
+    transport = KillOnReload(vllm_server.container)
+    admin = VllmAdmin(vllm_server.url, timeout_s=300, transport=transport)  # the job's bound: far above the check
+    sync = FilesystemSync(_trainer(vllm_model, 1), [admin], weights_dir / "killed", report=print,
+                          timing=lambda *a: None)
+    started = time.monotonic()
+    try:
+        with pytest.raises(WeightSyncError) as failed:
+            sync.sync_weights()
+    finally:
+        admin.close()
+    seconds = time.monotonic() - started
+    assert transport.killer is not None
+    transport.killer.join(60)
+    message = str(failed.value)
+    assert f"{vllm_server.url} did not " in message and "step 1" in message, message
+    assert "(no answer: " in message and "the server died, restarted or is down" in message, message
+    assert seconds < 30, f"{seconds:.1f} s: {message}"
+    print(f"killed mid-sync: failed in {seconds:.2f} s: {message}")

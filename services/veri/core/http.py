@@ -108,18 +108,23 @@ class JsonClient:
     def base_url(self) -> str:
         return self.shape.base_url
 
-    def call(self, method: str, path: str, *, json: Any = None, params: dict[str, str] | None = None) -> Any:
-        """The reply's JSON; raises the client's `error` for no answer, a non-200 or a non-JSON body."""
+    def call(self, method: str, path: str, *, json: Any = None, params: dict[str, str] | None = None,
+             timeout_s: float | httpx.Timeout | None = None) -> Any:
+        """The reply's JSON; raises the client's `error` for no answer, a non-200 or a non-JSON body.
+        `timeout_s`: this call's bound instead of the client's."""
+        timeout = httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s
         try:
-            reply = self._http.request(method, path, params=params, **_request_kwargs(json))
+            reply = self._http.request(method, path, params=params, timeout=timeout, **_request_kwargs(json))
         except httpx.HTTPError as exc:
             raise self.shape.failed(method, path, exc) from exc
         return self.shape.value(method, path, reply)
 
-    def command(self, method: str, path: str, *, params: dict[str, str] | None = None) -> None:
+    def command(self, method: str, path: str, *, params: dict[str, str] | None = None,
+                timeout_s: float | httpx.Timeout | None = None) -> None:
         """A call answered 200 with no body (vLLM's /sleep, /wake_up); raises like `call` otherwise."""
+        timeout = httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s
         try:
-            reply = self._http.request(method, path, params=params)
+            reply = self._http.request(method, path, params=params, timeout=timeout)
         except httpx.HTTPError as exc:
             raise self.shape.failed(method, path, exc) from exc
         if reply.status_code != 200 or reply.content:

@@ -8,7 +8,8 @@
     │   ├── JobError                 the job cannot start: flags, services down, it already ran, bad name
     │   ├── ArchiveInUse             another trainer holds the job's archive (archive/writer.py)
     │   ├── StateVolumeFull          the job's folder ran out of disk space (archive/volume.py)
-    │   └── WeightSyncError          the policy server's weights are not the trainer's (weights/sync.py)
+    │   └── WeightSyncError          the policy server's weights are not the trainer's, or a sync timed
+    │                                out / was cut off (weights/sync.py, weights/vllm_sync.py)
     ├── HttpCallError                (core/http.py) a call to another service failed
     │   ├── ControlError             the capture proxy's control routes (proxy/control_client.py)
     │   └── PolicyAdminError         the hf policy server's weight routes (weights/policy_admin.py)
@@ -45,7 +46,8 @@ class StateVolumeFull(TrainerError):
 
 
 class WeightSyncError(TrainerError):
-    """The policy server's weights are not the ones the trainer pushed (another writer, a version mismatch)."""
+    """The policy server's weights are not the ones the trainer pushed (another writer, a version mismatch),
+    or a sync did not finish: a server that timed out, died mid-call or failed its reload (named, with the fix)."""
 
 
 TRAIN_FAILURES: tuple[type[Exception], ...] = (TrainerError, HttpCallError, ProblemsError, LauncherError,

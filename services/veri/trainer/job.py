@@ -40,7 +40,7 @@ from veri.trainer.ui.progress import StepMetricsCallback, StepProgress
 from veri.trainer.weights.policy_admin import PolicyAdmin
 from veri.trainer.weights.sync import HfWeightSync, PolicyVersions, PushedAfterEachStep, announce_version
 from veri.trainer.weights.vllm_admin import VllmAdmin
-from veri.trainer.weights.vllm_sync import FilesystemSync, PausedSync, TimedSync
+from veri.trainer.weights.vllm_sync import FilesystemSync, PausedSync, TimedSync, release_held
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class TrainOptions:
     launcher_url: str | None = None  # launcher: the service's URL (it writes outputs where this process reads)
     control_token: str | None = None
     resume: bool = False
-    # vLLM filesystem sync: a server that has not loaded the weights by then fails the step.
+    # vLLM sync (filesystem and nccl): a server that has not loaded the weights by then fails the step.
     weight_sync_timeout_s: float = 600.0
     metrics_port: int | None = None  # `GET /metrics` for Prometheus while the job runs (None: off)
     metrics_host: str = "127.0.0.1"
@@ -179,10 +179,13 @@ def _plan(config: JobConfig) -> GpuLayout:
 
 def _attach_vllm_sync(trainer: Any, plan: GpuLayout, options: TrainOptions, folders: ArchiveLayout,
                       archive: JobArchive, progress: StepProgress) -> FilesystemSync | None:
-    if plan.weight_sync == WeightSync.NCCL:
-        trainer.vllm_generation = TimedSync(trainer.vllm_generation, progress.timing)
-        return None
     servers = [VllmAdmin(url, timeout_s=options.weight_sync_timeout_s) for url in options.policy_urls]
+    release_held(servers, archive.log)  # a trainer that died mid-update may have left them paused
+    if plan.weight_sync == WeightSync.NCCL:
+        trainer.vllm_generation = TimedSync(trainer.vllm_generation, progress.timing,
+                                            timeout_s=options.weight_sync_timeout_s,
+                                            policy=", ".join(options.policy_urls))
+        return None
     sync = FilesystemSync(trainer, servers, folders.weights, report=archive.log, timing=progress.timing,
                           sleep_mode=plan.sleep_mode)
     seat_weight_sync(trainer, sync)

@@ -7,6 +7,8 @@ The `filesystem` weight sync (trainer/weights/vllm_sync.py) calls it through vLL
                                  names, each layer's post-load processing), then every module that
                                  shares a parameter with another made to follow it again; answers
                                  the folder's fingerprint and what it re-tied.
+    veri_loaded_weights()        the folder and fingerprint this worker last loaded; None since it
+                                 started (it serves the model folder's weights: a restarted server)
 
 Why: a tied lm_head (`ParallelLMHead.tie_weights`: lm_head.weight *is* embed_tokens.weight) is not
 in the checkpoint, so vLLM 0.31's layerwise reload loads and processes only embed_tokens ("tied
@@ -40,7 +42,12 @@ class WeightReloadExtension:
         ties = shared_parameters(model)
         self.model_runner.reload_weights(weights_path=folder)
         retied = tie_again(model, ties)
-        return {"folder": folder, "fingerprint": fingerprint(Path(folder)), "retied": retied}
+        loaded = {"folder": folder, "fingerprint": fingerprint(Path(folder))}
+        self._veri_loaded = loaded
+        return {**loaded, "retied": retied}
+
+    def veri_loaded_weights(self) -> dict[str, Any] | None:
+        return getattr(self, "_veri_loaded", None)
 
 
 def shared_parameters(model: torch.nn.Module) -> list[list[str]]:

@@ -9,11 +9,19 @@
     is_sleeping()            GET /is_sleeping
     pause() / resume()       POST /pause?mode=keep, /resume (max_staleness >= 1): requests in flight are held
                              while the weights move, then go on
+    is_paused()              GET /is_paused (a server a dead trainer left paused holds every request)
+    loaded_weights()         POST /collective_rpc {"method": "veri_loaded_weights"}: the folder each worker
+                             last loaded (None: none since it started, i.e. it serves the model folder's)
+
+Every call is bounded (`Bounds`): connecting takes at most `connect_s`, a reload at most `timeout_s`
+(the job's `weight_sync_timeout_s`), every other call at most `control_s`. A call past its bound, or
+one the server cut off (killed, restarted), raises `VllmAdminError` with no status ("no answer").
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +30,9 @@ import httpx
 from veri.core.http import HttpCallError, JsonClient
 
 RELOAD_METHOD = "veri_reload_weights"  # veri.policy.vllm.worker.WeightReloadExtension
+LOADED_METHOD = "veri_loaded_weights"
+CONNECT_S = 10.0  # a server that is up accepts at once; a dead one refuses at once; this bounds the rest
+CONTROL_S = 60.0  # pause, resume, sleep, wake, reset: quick calls (vLLM answers them between engine steps)
 RESET_TRIES = 5  # vLLM refuses a reset while blocks are held (a request just finishing): try again
 
 
@@ -29,10 +40,26 @@ class VllmAdminError(HttpCallError):
     """A vLLM policy server refused or missed a weight call (see veri.core.http for the message)."""
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """Seconds each kind of call may take at most (see the module docstring)."""
+
+    reload_s: float
+    control_s: float = CONTROL_S
+    connect_s: float = CONNECT_S
+
+    def timeout(self, seconds: float) -> httpx.Timeout:
+        return httpx.Timeout(seconds, connect=min(self.connect_s, seconds))
+
+
 class VllmAdmin:
-    def __init__(self, base_url: str, *, timeout_s: float, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, base_url: str, *, timeout_s: float, control_s: float = CONTROL_S,
+                 connect_s: float = CONNECT_S, transport: httpx.BaseTransport | None = None) -> None:
         self.timeout_s = timeout_s
-        self._json = JsonClient(base_url, service="vLLM policy server", timeout_s=timeout_s, error=VllmAdminError,
+        self.bounds = Bounds(timeout_s, min(control_s, timeout_s), connect_s)
+        self._control = self.bounds.timeout(self.bounds.control_s)
+        self._json = JsonClient(base_url, service="vLLM policy server", timeout_s=self._control,
+                                error=VllmAdminError,
                                 unreachable_fix="is it running? `make logs` shows its log", transport=transport)
 
     @property
@@ -42,7 +69,21 @@ class VllmAdmin:
     def reload_weights(self, folder: Path) -> list[dict[str, Any]]:
         """Every worker's answer (`veri_reload_weights`: folder, fingerprint, what it re-tied)."""
         body = {"method": RELOAD_METHOD, "args": [str(folder)], "timeout": self.timeout_s}
-        return list(self._json.call("POST", "/collective_rpc", json=body)["results"])
+        return self._results(body, self.bounds.timeout(self.timeout_s))
+
+    def loaded_weights(self) -> list[dict[str, Any] | None]:
+        """Each worker's last load (`veri_loaded_weights`: {"folder", "fingerprint"}, None before any)."""
+        body = {"method": LOADED_METHOD, "args": [], "timeout": self.bounds.control_s}
+        return self._results(body, self._control)
+
+    def _results(self, body: dict[str, Any], timeout: httpx.Timeout) -> list[Any]:
+        reply = self._json.call("POST", "/collective_rpc", json=body, timeout_s=timeout)
+        results = reply.get("results") if isinstance(reply, dict) else None
+        if not isinstance(results, list):
+            raise VllmAdminError("vLLM policy server", self.base_url, "POST", "/collective_rpc", 200,
+                                 f"no results list in {str(reply)[:300]!r}",
+                                 "is this URL a vLLM server with VLLM_SERVER_DEV_MODE=1?")
+        return results
 
     def reset_prefix_cache(self) -> bool:
         for attempt in range(RESET_TRIES):
@@ -58,6 +99,10 @@ class VllmAdmin:
 
     def resume(self) -> None:
         self._json.command("POST", "/resume")
+
+    def is_paused(self) -> bool:
+        reply = self._json.call("GET", "/is_paused")
+        return bool(reply.get("is_paused")) if isinstance(reply, dict) else False
 
     def sleep(self, level: int = 1) -> None:
         self._json.command("POST", "/sleep", params={"level": str(level)})

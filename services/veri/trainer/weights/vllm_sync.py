@@ -15,6 +15,23 @@ any session opens. So every span of step k is sampled by the weights of step k.
                 naming the server, instead of hanging the job.
 Either way the seconds each sync took go into the step's metrics (`weight_sync`).
 
+Faults end the step, never hang it (docs/reliability.md, "Weight-sync faults"):
+    bounded     every HTTP call (`vllm_admin.Bounds`); TRL's NCCL sync runs under a watchdog
+                (`TimedSync`, `timeout_s`): NCCL's broadcast has no timeout of its own
+    named       a timeout, a refused or cut-off connection, a malformed answer: `WeightSyncError`
+                naming the server, what it did not do, and the fix
+    every one   each server is loaded even when an earlier one failed, and each answer is checked;
+                the error names every server that failed and every one that holds the step. One
+                vLLM server with --data-parallel-size runs the reload on every engine (a replica
+                that raises fails the call) but answers engine 0's results only (vLLM 0.31,
+                `DPLBAsyncMPClient.call_utility_async`): the others' answers are not checked.
+    restarted   a server that loaded nothing since it started (`VllmAdmin.loaded_weights` answers
+                None) after this job loaded it: re-initialised, the step goes on (the load is the
+                whole state dict); the job log says so. One holding a folder this job did not give
+                it: another writer, the step fails.
+    left held   a server a dead trainer left paused (`PausedSync`) is resumed at the job's start
+                (`release_held`); one left asleep is woken by the first sync.
+
 Sleep mode (`vllm_sleep_mode`, filesystem only: 1 GPU shared, or CPU): once a step's rollouts are in,
 `FilesystemSync.sleep` puts every server to sleep (level 1), so the trainer's forward, backward and
 optimizer step get the GPU memory; the next sync wakes the weights, loads the new ones into them, wakes
@@ -24,6 +41,7 @@ inside `weight_sync`). A server left asleep by a crashed job is woken by the nex
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from functools import partial
@@ -54,16 +72,64 @@ class TrainerView(Protocol):
 
 
 class TimedSync:
-    """TRL's own sync (nccl), measured."""
+    """TRL's own sync (nccl), measured and bounded: it runs on a watchdog thread, and one that has not
+    returned within `timeout_s` fails the step (NCCL's broadcast waits forever for a peer that died;
+    the stuck thread is a daemon, so the process still exits with the error). An exception from TRL's
+    client (a refused or cut-off HTTP call, an NCCL error) becomes a `WeightSyncError` too."""
 
-    def __init__(self, inner: SyncSeat, timing: Callable[[str, float], None]) -> None:
+    def __init__(self, inner: SyncSeat, timing: Callable[[str, float], None], *, timeout_s: float = 600.0,
+                 policy: str = "the vLLM policy server") -> None:
         self.inner = inner
         self.timing = timing
+        self.timeout_s = timeout_s
+        self.policy = policy
 
     def sync_weights(self) -> None:
         started = time.monotonic()
-        self.inner.sync_weights()
+        outcome: list[BaseException | None] = []
+
+        def run() -> None:
+            try:
+                self.inner.sync_weights()
+                outcome.append(None)
+            except BaseException as error:  # noqa: BLE001 - carried to the caller's thread
+                outcome.append(error)
+
+        worker = threading.Thread(target=run, name="veri-nccl-sync", daemon=True)
+        worker.start()
+        worker.join(self.timeout_s)
+        if worker.is_alive():
+            raise WeightSyncError(
+                f"the NCCL weight sync into {self.policy} did not finish within {self.timeout_s:g} s (a policy"
+                " server that died or restarted leaves the broadcast waiting): its log (`make logs`) says why;"
+                " restart the stack (`make down && make up`) and resume the job (RESUME=1)")
+        error = outcome[0] if outcome else None
+        if isinstance(error, WeightSyncError):
+            raise error
+        if isinstance(error, Exception):
+            raise WeightSyncError(
+                f"the NCCL weight sync into {self.policy} failed ({type(error).__name__}: {str(error)[:300]}): a"
+                " policy server that restarted mid-job has left TRL's NCCL group; restart the stack"
+                " (`make down && make up`) and resume the job (RESUME=1)") from error
+        if error is not None:
+            raise error  # KeyboardInterrupt and the like, as they came
         self.timing("weight_sync", time.monotonic() - started)
+
+
+def release_held(servers: list[VllmAdmin], report: Callable[[str], None]) -> None:
+    """At the job's start: a server a dead trainer left paused (killed between `PausedSync`'s pause and
+    resume) holds every request; resume it. A server that does not answer fails the job by name."""
+    for server in servers:
+        try:
+            if server.is_paused():
+                server.resume()
+                report(f"the vLLM policy server at {server.base_url} was paused (a trainer died mid-update):"
+                       " resumed it")
+        except HttpCallError as error:
+            raise WeightSyncError(
+                f"the vLLM policy server at {server.base_url} did not say whether it is paused ({error.outcome}:"
+                f" {error.detail[:300]}): is it up with VLLM_SERVER_DEV_MODE=1? its log (`make logs`) says why"
+            ) from error
 
 
 class PausedSync:
@@ -127,6 +193,7 @@ class FilesystemSync:
         self.sleep_mode = sleep_mode
         self.free_cache = free_cache or empty_trainer_cache
         self.paused = False  # set when a `PausedSync` runs this one: requests are held, not drained
+        self.given: dict[VllmAdmin, str] = {}  # server -> the folder this job last had it load
 
     def sync_weights(self) -> None:
         step = self.trainer.state.global_step
@@ -136,12 +203,24 @@ class FilesystemSync:
             # The trainer's step is over: hand PyTorch's cached blocks back before vLLM takes its memory
             # again (TRL's colocate path does the same), or the KV cache may not fit when it wakes.
             self.free_cache()
-        for server in self.servers:
-            if self.sleep_mode:
-                self._call(server, step, "wake its weights", partial(server.wake_up, "weights"))
-            # sleep mode: the KV cache wakes after the load, so the loading never holds both
-            self._load(server, path, step, before_reset=partial(self._wake_fully, server, step)
-                       if self.sleep_mode else None)
+        failed: list[WeightSyncError] = []
+        for server in self.servers:  # every one, even after a failure: the error says which hold the step
+            try:
+                self._check_loaded(server, step)
+                if self.sleep_mode:
+                    self._call(server, step, "wake its weights", partial(server.wake_up, "weights"))
+                # sleep mode: the KV cache wakes after the load, so the loading never holds both
+                self._load(server, path, step, before_reset=partial(self._wake_fully, server, step)
+                           if self.sleep_mode else None)
+                self.given[server] = str(path)
+            except WeightSyncError as error:
+                self.given.pop(server, None)
+                failed.append(error)
+        if failed:
+            loaded = [server.base_url for server in self.servers if self.given.get(server) == str(path)]
+            held = f"; {', '.join(loaded)} loaded them" if loaded else ""
+            raise WeightSyncError(f"{len(failed)} of {len(self.servers)} vLLM policy server(s) did not take step"
+                                  f" {step}'s weights{held}: " + " | ".join(str(error) for error in failed))
         drop_other_steps(self.folder, path)  # every server has the new weights in memory
         seconds = time.monotonic() - started
         self.timing("weight_sync", seconds)
@@ -168,15 +247,34 @@ class FilesystemSync:
             raise WeightSyncError(f"the vLLM policy server at {server.base_url} still sleeps after waking its weights"
                                   f" and KV cache for step {step}: its log (`make logs`) says why")
 
-    def _call(self, server: VllmAdmin, step: int, what: str, call: Callable[[], Any]) -> Any:
+    def _call(self, server: VllmAdmin, step: int, what: str, call: Callable[[], Any], fix: str | None = None) -> Any:
         try:
             return call()
         except HttpCallError as error:
+            fix = fix or ("it runs with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 when vllm_sleep_mode is set")
             raise WeightSyncError(
-                f"the vLLM policy server at {server.base_url} did not {what} for step {step} ({error.outcome}:"
-                f" {error.detail[:300]}): it runs with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 when"
-                " vllm_sleep_mode is set; its log (`make logs`) says why"
+                f"the vLLM policy server at {server.base_url} did not {what} for step {step}"
+                f" ({_why(error, server.bounds.control_s)}): {fix}; its log (`make logs`) says why"
             ) from error
+
+    def _check_loaded(self, server: VllmAdmin, step: int) -> None:
+        """A server this job loaded before must still hold what it loaded: one that restarted holds nothing
+        (re-initialised by this load, and said), one holding another folder has another writer."""
+        given = self.given.get(server)
+        if given is None:
+            return  # the job's first sync into it (or after a failed one): nothing to compare
+        answers = self._call(server, step, "say which weights it holds", server.loaded_weights,
+                             fix=f"run it with --worker-extension-cls {WORKER_EXTENSION} (an image built from"
+                                 " this veri)")
+        folders = {answer.get("folder") if isinstance(answer, dict) else None for answer in answers}
+        if folders == {None}:
+            self.report(f"step {step}: the vLLM policy server at {server.base_url} restarted since it loaded {given}"
+                        f" (it serves the model folder's weights): loading step {step}'s weights into it; the"
+                        " rollouts it served since its restart were sampled by the model folder's weights")
+        elif folders != {given}:
+            raise WeightSyncError(f"the vLLM policy server at {server.base_url} holds {sorted(map(str, folders))},"
+                                  f" not {given} that this job loaded into it: something else loads its weights;"
+                                  " give the job its own policy servers")
 
     def _load(self, server: VllmAdmin, path: Path, step: int, before_reset: Callable[[], None] | None = None) -> None:
         try:
@@ -189,8 +287,8 @@ class FilesystemSync:
         except HttpCallError as error:
             raise WeightSyncError(
                 f"the vLLM policy server at {server.base_url} did not load the weights of step {step}"
-                f" within {server.timeout_s:g} s ({error.outcome}: {error.detail[:300]}); its log (`make logs`)"
-                " says why, and the job resumes from its last checkpoint with RESUME=1"
+                f" ({_why(error, server.timeout_s)}); its log (`make logs`) says why, and the job resumes from its"
+                " last checkpoint with RESUME=1"
             ) from error
         if not answers or any(not isinstance(answer, dict) or answer.get("folder") != str(path) for answer in answers):
             raise WeightSyncError(f"the vLLM policy server at {server.base_url} answered {answers!r} to loading"
@@ -199,3 +297,14 @@ class FilesystemSync:
             raise WeightSyncError(f"the vLLM policy server at {server.base_url} kept its prefix cache after loading"
                                   f" step {step}'s weights (requests still running?): its log says why")
 
+
+
+def _why(error: HttpCallError, timeout_s: float) -> str:
+    """What went wrong with one call: a timeout, a server that died or restarted mid-call, or its answer."""
+    if error.status is not None:
+        fix = f"; {error.fix}" if error.fix != "see the service's log" else ""
+        return f"{error.status}: {error.detail[:300]}{fix}"
+    if "Timeout" in error.detail or "timed out" in error.detail:
+        return f"no answer within {timeout_s:g} s: {error.detail[:200]}"
+    return (f"no answer: {error.detail[:200]}; the server died, restarted or is down (`make up` starts it"
+            " again)")
