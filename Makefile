@@ -19,7 +19,7 @@ TEST_DEPS :=
 help:
 	@echo "make test          the whole suite (builds everything it needs; what .ci/run runs)"
 	@echo "make test-fast     unit + service tiers only (no docker, CLIs, Chromium, vLLM, Kubernetes): minutes, after make venv tiny-model"
-	@echo "make lint          ruff + mypy (pyproject.toml) + the VERI_* declaration check + the docs' checks (make test runs it)"
+	@echo "make lint          ruff + mypy + import contracts (pyproject.toml) + the VERI_* declaration check + the docs' checks (make test runs it)"
 	@echo "make docs          the docs site into build/site/ (offline; docs/reference/ regenerated from the code)"
 	@echo "make venv          .venv with veri and its test deps (CPU torch from the local wheel)"
 	@echo "make tiny-model    the deterministic tiny test model in $(TINY_MODEL)"

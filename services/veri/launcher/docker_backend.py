@@ -57,6 +57,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import LogConfig, Mount, Ulimit
 from requests.exceptions import ChunkedEncodingError
 from requests.exceptions import ConnectionError as RequestsConnectionError
+from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception_type, stop_never, wait_exponential
 
 from veri.core import egress, envs
 from veri.core.episodes import RolloutStatus
@@ -418,35 +419,38 @@ class DockerBackend:
     async def _docker(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """`_call` for a docker call: while dockerd does not answer, tried again with backoff for up to
         `dockerd_grace_s`, then DockerdAway."""
-        first_miss: float | None = None
-        delay = RETRY_FIRST_S
-        while True:
-            try:
-                answer = await self._call(fn, *args, **kwargs)
-            except NO_ANSWER as exc:
-                first_miss = self._missed(first_miss, exc)
-                await asyncio.sleep(delay)
-                delay = min(2 * delay, RETRY_MAX_S)
-                continue
-            self._answered()
-            return answer
+        answer: Any = await AsyncRetrying(**self._while_dockerd_away())(self._call, fn, *args, **kwargs)
+        self._answered()
+        return answer
 
     def _wait_exit(self, container: Any, timeout: float) -> dict[str, Any]:
         """`container.wait` (blocking), reconnecting while dockerd is away: a sandbox that ended
         meanwhile is answered with its exit code once dockerd has taken it back."""
-        first_miss: float | None = None
-        delay = RETRY_FIRST_S
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                answer: dict[str, Any] = container.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except NO_ANSWER as exc:
-                first_miss = self._missed(first_miss, exc)
-                time.sleep(delay)
-                delay = min(2 * delay, RETRY_MAX_S)
-                continue
-            self._answered()
+
+        def wait() -> dict[str, Any]:
+            answer: dict[str, Any] = container.wait(timeout=max(1.0, deadline - time.monotonic()))
             return answer
+
+        answer = Retrying(**self._while_dockerd_away())(wait)
+        self._answered()
+        return answer
+
+    def _while_dockerd_away(self) -> dict[str, Any]:
+        """tenacity's policy for one docker call: tried again on NO_ANSWER only, RETRY_FIRST_S after the
+        first miss, doubling up to RETRY_MAX_S; `_missed` raises DockerdAway once dockerd_grace_s have passed
+        since the first miss. Any other error is the call's own, raised as it is."""
+        first_miss: float | None = None
+
+        def missed(state: RetryCallState) -> None:
+            nonlocal first_miss
+            assert state.outcome is not None
+            exc = state.outcome.exception()
+            assert isinstance(exc, Exception)
+            first_miss = self._missed(first_miss, exc)
+
+        return {"retry": retry_if_exception_type(NO_ANSWER), "stop": stop_never, "reraise": True,
+                "wait": wait_exponential(multiplier=RETRY_FIRST_S, max=RETRY_MAX_S), "before_sleep": missed}
 
     def _missed(self, first_miss: float | None, exc: Exception) -> float:
         """One call found dockerd not answering: when it first did (DockerdAway past the grace)."""

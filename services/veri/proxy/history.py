@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from cachetools import FIFOCache
 
 from veri.proxy.long_texts import LongTexts
 
@@ -91,14 +91,12 @@ class ConversationHashes:
 
 
 # (tools, first message) as hashed -> the digest after them; the same opening hashed once per worker.
-_OPENINGS: OrderedDict[tuple[bytes, bytes], Any] = OrderedDict()
 _KEPT_OPENINGS = 16
+_OPENINGS: FIFOCache[tuple[bytes, bytes], Any] = FIFOCache(maxsize=_KEPT_OPENINGS)  # the oldest goes first
 
 
 def _remember_opening(key: tuple[bytes, bytes], digest: Any) -> None:
     _OPENINGS[key] = digest
-    if len(_OPENINGS) > _KEPT_OPENINGS:
-        _OPENINGS.popitem(last=False)
 
 
 def first_difference(earlier: list[dict[str, Any]], later: list[dict[str, Any]]) -> str:

@@ -11,8 +11,9 @@ no client text can be mistaken for a reference.
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from typing import Any
+
+from cachetools import LRUCache
 
 LONG_TEXT = 1024  # characters: shorter strings cost less to store than to look up
 
@@ -25,22 +26,21 @@ class TextKeys:
     costs a fifth of hashing it with blake2b. LRU within `budget` characters."""
 
     def __init__(self, budget: int = 8_000_000) -> None:
-        self._budget = budget
-        self._held = 0
-        self._keys: OrderedDict[str, str] = OrderedDict()
+        # text -> (its key, its length): the cache weighs an entry by its value.
+        self._keys: LRUCache[str, tuple[str, int]] = LRUCache(maxsize=budget, getsizeof=_text_length)
 
     def key(self, text: str) -> str:
-        key = self._keys.get(text)
-        if key is not None:
-            self._keys.move_to_end(text)
-            return key
+        known = self._keys.get(text)  # marks it used
+        if known is not None:
+            return known[0]
         key = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
-        self._keys[text] = key
-        self._held += len(text)
-        while self._held > self._budget:
-            gone, _ = self._keys.popitem(last=False)
-            self._held -= len(gone)
+        if len(text) <= self._keys.maxsize:  # a text over the budget is hashed each time, never kept
+            self._keys[text] = (key, len(text))
         return key
+
+
+def _text_length(entry: tuple[str, int]) -> int:
+    return entry[1]
 
 
 TEXT_KEYS = TextKeys()  # one per worker process

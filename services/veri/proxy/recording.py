@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 import time
-from collections import OrderedDict
 from typing import Any
+
+from cachetools import FIFOCache
 
 from veri.proxy.capture import CaptureService
 
@@ -30,7 +31,7 @@ _KNOWN_SESSIONS = 65536
 class RequestRecorder:
     def __init__(self, app: Any) -> None:
         self.app = app
-        self._recording: OrderedDict[str, bool] = OrderedDict()
+        self._recording: FIFOCache[str, bool] = FIFOCache(maxsize=_KNOWN_SESSIONS)  # the oldest goes first
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         match = _ROLLOUT_ROUTE.match(scope["path"]) if scope["type"] == "http" else None
@@ -60,8 +61,6 @@ class RequestRecorder:
                 return False
             known = found or capture.settings.record_requests
             self._recording[rollout_id] = known
-            if len(self._recording) > _KNOWN_SESSIONS:
-                self._recording.popitem(last=False)
         return known
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import sqlite3
 import struct
 from array import array
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from cachetools import LRUCache
 
 from veri.core.records import Span
 from veri.proxy.long_texts import LongTexts, hashes_at, join
@@ -58,31 +58,25 @@ class RecentIds:
     A later turn bridges from its previous one: 8k ids read back and unpacked cost ~0.2 ms a call."""
 
     def __init__(self, budget: int = RECENT_IDS_BUDGET) -> None:
-        self._budget = budget
-        self._held = 0
-        self._by_rollout: OrderedDict[str, _SpanIds] = OrderedDict()
+        self._by_rollout: LRUCache[str, _SpanIds] = LRUCache(maxsize=budget, getsizeof=_ids_held)
 
     def get(self, rollout_id: str, request_index: int) -> _SpanIds | None:
-        found = self._by_rollout.get(rollout_id)
+        found = self._by_rollout.get(rollout_id)  # marks it used
         if found is None or found.request_index != request_index:
             return None
-        self._by_rollout.move_to_end(rollout_id)
         return found
 
     def put(self, rollout_id: str, ids: _SpanIds) -> None:
         known = self._by_rollout.get(rollout_id)
         if known is not None and known.request_index > ids.request_index:
             return  # a later span of the rollout is the one its next turn extends
-        self._forget(rollout_id)
-        self._by_rollout[rollout_id] = ids
-        self._held += len(ids.prompt_ids) + len(ids.completion_ids)
-        while self._held > self._budget and self._by_rollout:
-            self._forget(next(iter(self._by_rollout)))
+        self._by_rollout.pop(rollout_id, None)
+        if _ids_held(ids) <= self._by_rollout.maxsize:  # one span over the whole budget is not kept
+            self._by_rollout[rollout_id] = ids  # the least recently used go until it fits
 
-    def _forget(self, rollout_id: str) -> None:
-        gone = self._by_rollout.pop(rollout_id, None)
-        if gone is not None:
-            self._held -= len(gone.prompt_ids) + len(gone.completion_ids)
+
+def _ids_held(ids: _SpanIds) -> int:
+    return len(ids.prompt_ids) + len(ids.completion_ids)
 
 
 # Token ids live in their own columns (compact, and read alone when a later turn bridges); the
