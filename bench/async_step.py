@@ -28,6 +28,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.async_figures import comparison_line, job_figures
 from tests.servers import start_server
 from tests.trainer.conftest import MAX_TOKENS, SCRIPT, write_job
 from veri.trainer.archive import read_metrics
@@ -89,10 +90,7 @@ def main() -> None:
     mean = {k: {key: statistics.mean(f[key] for f in figures) for key in figures[0]} for k, figures in runs.items()}
     for k in (1, 2):
         print(f"max_staleness {k}: step time {mean[k]['step_s'] / mean[0]['step_s']:.2f} of the synchronous")
-    sync, one = mean[0], mean[1]
-    print(f"async/sync step time: {one['step_s'] / sync['step_s']:.2f} (max_staleness 1; staleness max"
-          f" {one['staleness_max']:.0f}; reward sync {sync['reward']:.3f} async {one['reward']:.3f}; policy busy"
-          f" {sync['policy_busy']:.0%} -> {one['policy_busy']:.0%})")
+    print(comparison_line(mean[0], mean[1]))
 
 
 def run(folder: Path, model: Path, policy_url: str, proxy_url: str, staleness: int, steps: int,
@@ -111,14 +109,8 @@ def run(folder: Path, model: Path, policy_url: str, proxy_url: str, staleness: i
         sys.exit(f"veri train (max_staleness {staleness}) failed:\n{done.stderr[-4000:]}")
     generation = httpx.get(f"{policy_url}/stats").json()["generation_s"] - generation_before
     metrics = read_metrics(folder / "jobs" / "job" / "metrics.jsonl")
-    measured = metrics[1:] or metrics
-    return {
-        "step_s": statistics.mean(m["time/step_s"] for m in measured),
-        "staleness_max": max(m.get("staleness/max", 0) for m in metrics),
-        "reward": statistics.mean(m.get("reward/mean", 0.0) for m in metrics),
-        "policy_busy": generation / sum(m["time/step_s"] for m in metrics),
-        "dropped": sum(m.get("rollouts/stale_dropped", 0) for m in metrics),
-    }
+    # policy busy here: the hf server's forward-pass seconds over the steps' (what its /stats counts)
+    return {**job_figures(metrics), "policy_busy": generation / sum(m["time/step_s"] for m in metrics)}
 
 
 if __name__ == "__main__":

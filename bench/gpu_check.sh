@@ -7,6 +7,9 @@
 # logprobs moved with the weights, and proxy vs direct throughput (target >= 0.95). It ends with one
 # summary table (GPUs, driver, plan, split, sync s and GB/s, IS ratio, memory freed by sleep mode,
 # proxy/direct) to paste into an issue: docs/gpu.md ("When a GPU run fails") says what else to send.
+# Then asynchronous training against the synchronous loop (2+ GPUs, or the CPU twin): the same job,
+# a harness with a heavy-tailed tool (bench/bundles/slow_tool), 6 steps at max_staleness 0 and 1, and
+# the line bench/async_step.py ends with (async/sync step time, staleness, reward, policy busy).
 #   bench/gpu_check.sh            on the GPUs
 #   DEVICE=cpu bench/gpu_check.sh the same checks on the CPU twin (veri/vllm-cpu): how this script is tested
 #   PLAN_ONLY=1 bench/gpu_check.sh  only the jobs and their plans (veri stack-env): no image, no make train
@@ -57,6 +60,32 @@ write_job() {  # write_job SYNC FILE
       config/url_extract_vllm_cpu.yaml >"$2"
 }
 
+# The async comparison's job: the CPU twin's async job (no sleep mode: the policy serves while the
+# trainer steps) with the slow-tool harness, at max_staleness $1, on the last backend (nccl with 2+ GPUs).
+ASYNC_STEPS=${ASYNC_STEPS:-6}
+write_async_job() {  # write_async_job STALENESS SYNC FILE
+  local dp=2
+  [ "$DEVICE" = cuda ] && dp=auto
+  sed -e "s/^device: .*/device: $DEVICE/" -e "s/^weight_sync: .*/weight_sync: $2/" \
+      -e "s/^vllm_data_parallel_size: .*/vllm_data_parallel_size: $dp/" -e "s/^max_staleness: .*/max_staleness: $1/" \
+      -e "s/^max_steps: .*/max_steps: $ASYNC_STEPS/" -e "s#^harness_bundle: .*#harness_bundle: bench/bundles/slow_tool#" \
+      config/url_extract_vllm_cpu_async.yaml >"$3"
+}
+async_sync=${backends##* }
+if [ "$DEVICE" = cuda ] && [ "$gpus" -lt 2 ]; then async_sync=; fi
+
+# make_train CONFIG NAME: the job through the stack, its log in $out (the last lines on a failure)
+make_train() {
+  export VERI_PROJECT=$project VERI_STATE_DIR=$PWD/$out/state VERI_ROLLOUTS_NETWORK=$project-rollouts
+  # Free host ports: a stack of `make up` (8000, 8300) may be running next to this check.
+  export VERI_PROXY_PORT=${VERI_PROXY_PORT:-$(free_port)} VERI_CONSOLE_PORT=${VERI_CONSOLE_PORT:-$(free_port)}
+  echo "== $DEVICE: make train ($1)"
+  local started=$SECONDS
+  make --no-print-directory train CONFIG="$1" NAME="$2" >"$out/$2.log" 2>&1 \
+    || { tail -40 "$out/$2.log"; echo "gpu_check: make train failed (log: $out/$2.log)" >&2; make -s down; exit 1; }
+  echo "make train: $((SECONDS - started)) s (log: $out/$2.log)"
+}
+
 for sync in $backends; do
   config=$out/job-$DEVICE-$sync.yaml
   write_job "$sync" "$config"
@@ -67,14 +96,7 @@ for sync in $backends; do
     continue
   fi
   name=check-$DEVICE-$sync-$(date +%s)
-  export VERI_PROJECT=$project VERI_STATE_DIR=$PWD/$out/state VERI_ROLLOUTS_NETWORK=$project-rollouts
-  # Free host ports: a stack of `make up` (8000, 8300) may be running next to this check.
-  export VERI_PROXY_PORT=${VERI_PROXY_PORT:-$(free_port)} VERI_CONSOLE_PORT=${VERI_CONSOLE_PORT:-$(free_port)}
-  echo "== $DEVICE, weight sync $sync: make train ($config)"
-  started=$SECONDS
-  make --no-print-directory train CONFIG="$config" NAME="$name" >"$out/$name.log" 2>&1 \
-    || { tail -40 "$out/$name.log"; echo "gpu_check: make train failed (log: $out/$name.log)" >&2; make -s down; exit 1; }
-  echo "make train: $((SECONDS - started)) s (log: $out/$name.log)"
+  make_train "$config" "$name"
   # proxy vs direct, from inside the stack's control network (the trainer's image has the bench's deps)
   settings=$("$VERI" stack-env "$config" 2>/dev/null)
   eval "$settings"
@@ -88,6 +110,27 @@ for sync in $backends; do
     2>/dev/null
   make --no-print-directory -s down
 done
+
+if [ -n "$async_sync" ]; then
+  jobs=()
+  for staleness in 0 1; do
+    config=$out/job-$DEVICE-async-$staleness.yaml
+    write_async_job "$staleness" "$async_sync" "$config"
+    if [ -n "$PLAN_ONLY" ]; then
+      echo "== $DEVICE, max_staleness $staleness: the plan ($config)"
+      VERI_STATE_DIR=$PWD/$out/plan-async "$VERI" stack-env "$config" >/dev/null \
+        || { echo "gpu_check: no plan for $gpus GPU(s), max_staleness $staleness ($config)" >&2; exit 1; }
+      continue
+    fi
+    name=async-$DEVICE-$staleness-$(date +%s)
+    make_train "$config" "$name"
+    jobs+=("$VERI_STATE_DIR/jobs/$name")
+  done
+  [ -n "$PLAN_ONLY" ] || .venv/bin/python bench/gpu_check_report.py --async "${jobs[@]}" --summary "$summary"
+  [ -n "$PLAN_ONLY" ] || make --no-print-directory -s down
+else
+  echo "== async vs sync: not on 1 GPU (the trainer and vLLM share it: nothing runs while the trainer steps)"
+fi
 [ -n "$PLAN_ONLY" ] && exit 0
 echo
 echo "== summary (paste this into an issue; docs/gpu.md says what else to send when a run fails)"

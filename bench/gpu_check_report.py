@@ -2,9 +2,12 @@
 reward, train, weight sync), TRL's importance-sampling ratio (served vs trainer logprobs: ~1 when the
 policy serves the trainer's weights), and whether the served logprobs moved with the weights (the last
 step's against the original model's). With --summary it appends the job's row of the summary table;
---table prints that table, one a user can paste into an issue.
+--table prints that table, one a user can paste into an issue. --async SYNC_JOB ASYNC_JOB compares the
+same job at max_staleness 0 and 1 (bench/async_figures.py: the line bench/async_step.py ends with) and,
+with --summary, appends it for the table.
 
     python bench/gpu_check_report.py JOB_FOLDER ORIGINAL_MODEL [--sync S --summary FILE --throughput X]
+    python bench/gpu_check_report.py --async SYNC_JOB ASYNC_JOB [--summary FILE]
     python bench/gpu_check_report.py --table FILE [--device cuda] [--doctor FILE]
 """
 
@@ -14,9 +17,13 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from statistics import mean
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.async_figures import comparison_line, job_figures
 
 IS = "train/sampling/importance_sampling_ratio/"
 PHASES = ("rollout", "reward", "train", "weight_sync")
@@ -79,8 +86,15 @@ def _mean(metrics: list[dict[str, Any]], key: str) -> float | None:
     return mean(values) if values else None
 
 
+def async_row(sync_job: Path, async_job: Path) -> dict[str, Any]:
+    sync, one = job_figures(read_metrics(sync_job)), job_figures(read_metrics(async_job))
+    return {"async": comparison_line(sync, one), "sync_figures": sync, "async_figures": one}
+
+
 def table(rows: list[dict[str, Any]], device: str, doctor: Path | None) -> str:
-    """Markdown: the box (GPUs, driver) above, one row per weight-sync backend."""
+    """Markdown: the box (GPUs, driver) above, one row per weight-sync backend, then the async line."""
+    compared = [row["async"] for row in rows if "async" in row]
+    rows = [row for row in rows if "async" not in row]
     lines = [f"gpu_check on {device}: {_box(device)}", ""]
     if doctor is not None and doctor.is_file():
         lines_of = [line.strip() for line in doctor.read_text().splitlines()]
@@ -95,6 +109,7 @@ def table(rows: list[dict[str, Any]], device: str, doctor: Path | None) -> str:
                      f" {_cell(row['sleep_freed_gib'], '.1f')} | {_cell(row['proxy_direct'], '.3f')} |")
     if not rows:
         lines.append("| (no job finished: see the log gpu_check named) | | | | | | | |")
+    lines += ["", *compared] if compared else []
     return "\n".join(lines)
 
 
@@ -125,7 +140,16 @@ def main() -> None:
     parser.add_argument("--table", type=Path, default=None, help="print the summary table of these rows")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--doctor", type=Path, default=None, help="veri doctor's output for the table's header")
+    parser.add_argument("--async", dest="compare", type=Path, nargs=2, metavar=("SYNC_JOB", "ASYNC_JOB"),
+                        help="the same job at max_staleness 0 and 1: their step time, staleness, reward, policy busy")
     args = parser.parse_args()
+    if args.compare is not None:
+        row = async_row(*args.compare)
+        print(row["async"])
+        if args.summary is not None:
+            with args.summary.open("a") as out:
+                out.write(json.dumps(row) + "\n")
+        return
     if args.table is not None:
         rows = [json.loads(line) for line in args.table.read_text().splitlines() if line.strip()]
         print(table(rows, args.device, args.doctor))

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests import nvidia_smi
 
@@ -29,12 +30,20 @@ def test_its_planning_step_plans_every_gpu_count(tmp_path: Path, count: int):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     plans = [line for line in done.stderr.splitlines() if line.startswith("veri stack-env: ")]
-    assert len(plans) == (1 if count == 1 else 2), done.stderr  # filesystem; + nccl with 2+
+    # filesystem; with 2+ GPUs nccl, and the async comparison's job at max_staleness 0 and 1
+    assert len(plans) == (1 if count == 1 else 4), done.stderr
     shape = "1 GPU: trainer and policy (vLLM)" if count == 1 else f"{count} GPUs: trainer on GPU 0"
     assert all(shape in plan for plan in plans), plans
     jobs = sorted((tmp_path / "out").glob("job-cuda-*.yaml"))
     sleeping = ["vllm_sleep_mode: true" in job.read_text() for job in jobs]
     assert sleeping == [count == 1] * len(jobs)  # sleep mode on the shared GPU only
+    compared = sorted((tmp_path / "out").glob("job-cuda-async-*.yaml"))
+    if count == 1:  # nothing could run while the trainer steps on the one shared GPU
+        assert not compared and "async vs sync: not on 1 GPU" in done.stdout
+    else:
+        knobs = [yaml.safe_load(job.read_text()) for job in compared]
+        assert [k["max_staleness"] for k in knobs] == [0, 1]
+        assert all(k["weight_sync"] == "nccl" and k["harness_bundle"] == "bench/bundles/slow_tool" for k in knobs)
 
 
 def test_the_cpu_twins_job_as_it_was_is_refused_on_two_gpus(tmp_path: Path):
@@ -52,7 +61,10 @@ def test_the_summary_table_has_the_box_and_one_row_per_backend(tmp_path: Path):
     row = {"sync": "nccl", "plan": "4 GPUs: trainer on GPU 0; policy (vLLM) TP=1 x DP=3 on GPUs 1,2,3",
            "split": {"rollout": 3.5, "reward": 0.1, "train": 2.25, "weight_sync": 0.5}, "sync_s": 0.5,
            "sync_gb_s": 1.25, "is_ratio": 1.0002, "moved": 0.2, "sleep_freed_gib": None, "proxy_direct": 0.97}
-    rows.write_text(json.dumps(row) + "\n" + json.dumps({**row, "sync": "filesystem", "sync_gb_s": None}) + "\n")
+    compared = {"async": "async/sync step time: 0.55 (max_staleness 1; staleness max 1; reward sync 0.400 async"
+                         " 0.410; policy busy 40% -> 75%)"}
+    rows.write_text("".join(json.dumps(r) + "\n" for r in
+                            (row, {**row, "sync": "filesystem", "sync_gb_s": None}, compared)))
     doctor = tmp_path / "doctor.txt"
     doctor.write_text("  PASS  NVIDIA GPUs  4 x NVIDIA H100\n  WARN  disk  12 GB free\n")
     env = _env(tmp_path, 4)
@@ -66,3 +78,28 @@ def test_the_summary_table_has_the_box_and_one_row_per_backend(tmp_path: Path):
     assert len(table) == 3 and "sync GB/s" in table[0]
     assert table[1].split(" | ")[2:] == ["3.50 / 0.10 / 2.25 / 0.50", "1.25", "1.0002", "0.200", "n/a", "0.970 |"]
     assert table[2].startswith("| filesystem |") and "| n/a |" in table[2]
+    assert lines[-1] == compared["async"]  # below the table
+
+
+def test_the_async_comparison_reads_both_jobs_metrics(tmp_path: Path):
+    """Step time over the steps after the first, the async job's staleness, each job's mean reward and
+    the replicas' mean utilisation, into the line bench/async_step.py ends with."""
+    def job(name: str, steps: list[dict]) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in steps))
+        return folder
+
+    sync = job("sync", [{"step": s, "time/step_s": t, "reward/mean": 0.5, "utilisation/policy_0": 0.4,
+                         "utilisation/policy_1": 0.2} for s, t in enumerate((30.0, 10.0, 12.0))])
+    one = job("async", [{"step": s, "time/step_s": t, "reward/mean": r, "staleness/max": m, "rollouts/stale_dropped": 0,
+                         "utilisation/policy_0": 0.8, "utilisation/policy_1": 0.6}
+                        for s, (t, r, m) in enumerate(((30.0, 0.4, 0), (6.0, 0.6, 1), (5.0, 0.5, 1)))])
+    summary = tmp_path / "summary.jsonl"
+    done = subprocess.run([sys.executable, "bench/gpu_check_report.py", "--async", str(sync), str(one),
+                           "--summary", str(summary)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    line = ("async/sync step time: 0.50 (max_staleness 1; staleness max 1; reward sync 0.500 async 0.500;"
+            " policy busy 30% -> 70%)")
+    assert done.stdout.strip() == line
+    assert json.loads(summary.read_text())["async"] == line
