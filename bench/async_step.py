@@ -1,7 +1,10 @@
 """Asynchronous training against the synchronous loop: the same job at max_staleness 0, 1 and 2, on CPU.
 
 Tiny model, local sandboxes, a real hf policy server + capture proxy, TRL GRPO steps (as
-bench/train_step.py). The harness is the 2-turn tool loop whose tool takes a heavy-tailed time:
+bench/train_step.py). The policy's first reply is scripted (a tool call), its answer is sampled, and
+the reward is config/rewards/tiny_proof.py's (the answer's variety: it differs inside a group, so the
+steps move the weights and the rewards of the runs can be compared). The harness is the 2-turn tool
+loop whose tool takes a heavy-tailed time:
 lognormal with median `--tool-median-s` and sigma 0.99 (p99 ~ 10x p50), seeded per rollout, so a
 step's slowest rollout sets the synchronous pace. The runs are interleaved (0, 1, 2, 0, 1, 2, ...).
 
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -32,6 +34,8 @@ from bench.async_figures import comparison_line, job_figures
 from tests.servers import start_server
 from tests.trainer.conftest import MAX_TOKENS, SCRIPT, write_job
 from veri.trainer.archive import read_metrics
+
+REPO = Path(__file__).resolve().parents[1]
 
 # tests/trainer/conftest.py's loop on urllib (fast start-up), with a slow, heavy-tailed tool.
 AGENT = '''
@@ -53,7 +57,7 @@ def chat(messages):
 messages = [{"role": "user", "content": task["prompt"]}]
 reply = chat(messages)
 messages.append({k: v for k, v in reply.items() if v is not None})
-time.sleep(random.Random(seed).lognormvariate(0.0, 0.99) * float(os.environ["BENCH_TOOL_MEDIAN_S"]))
+time.sleep(random.Random(seed).lognormvariate(0.0, 0.99) * task["tool_median_s"])
 for call in reply.get("tool_calls") or []:
     messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"veri-answer-{index % 2}"})
 answer = chat(messages).get("content")
@@ -73,7 +77,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         script = root / "script.json"
-        script.write_text(json.dumps(SCRIPT))
+        script.write_text(json.dumps(SCRIPT[:1]))  # the tool call; the answer is the model's own
         policy_args = ["serve", "policy", "--model", str(model), "--scripted-replies", str(script)]
         with start_server(policy_args) as policy, start_server(
             ["serve", "proxy", "--policy-url", policy.url, "--model", str(model), "--store", str(root / "spans"),
@@ -96,19 +100,27 @@ def main() -> None:
 def run(folder: Path, model: Path, policy_url: str, proxy_url: str, staleness: int, steps: int,
         tool_median_s: float) -> dict[str, float]:
     job = write_job(folder, model, rollouts_per_prompt=4, max_steps=steps, max_staleness=staleness,
-                    max_parallel_rollouts=16, grpo={"per_device_train_batch_size": 8})
+                    max_parallel_rollouts=16, grpo={"per_device_train_batch_size": 8}, learning_rate=1e-3,
+                    rewards=[{"file": str(REPO / "config/rewards/tiny_proof.py")}])
     (job.parent / "bundle" / "agent.py").write_text(AGENT)
-    text = (job.parent / "tasks.jsonl").read_text().replace(', "fail_rollout": 1', "")
-    (job.parent / "tasks.jsonl").write_text(text)
+    # The tool's median rides in the task row: a sandbox sees the harness contract's variables only.
+    tasks = [json.loads(line) for line in (job.parent / "tasks.jsonl").read_text().splitlines()]
+    (job.parent / "tasks.jsonl").write_text("".join(
+        json.dumps({**{k: v for k, v in row.items() if k != "fail_rollout"}, "tool_median_s": tool_median_s}) + "\n"
+        for row in tasks))
     generation_before = httpx.get(f"{policy_url}/stats").json()["generation_s"]
     done = subprocess.run(
         [sys.executable, "-m", "veri.cli", "train", str(job), "--sandbox", "local", "--proxy-url", proxy_url,
          "--policy-url", policy_url, "--output", str(folder / "jobs"), "--base-dir", str(job.parent)],
-        capture_output=True, text=True, timeout=3600, env={**os.environ, "BENCH_TOOL_MEDIAN_S": str(tool_median_s)})
+        capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         sys.exit(f"veri train (max_staleness {staleness}) failed:\n{done.stderr[-4000:]}")
     generation = httpx.get(f"{policy_url}/stats").json()["generation_s"] - generation_before
     metrics = read_metrics(folder / "jobs" / "job" / "metrics.jsonl")
+    failed = [(m["step"], m["rollouts"] - m["trainable"]) for m in metrics if m["trainable"] < m["rollouts"]]
+    if failed:  # a step of failed rollouts is fast and trains nothing: its time says nothing
+        sys.exit(f"max_staleness {staleness}: rollouts not trainable (step, how many): {failed};"
+                 f" veri debug {folder / 'jobs' / 'job' / 'trajectories'} says why")
     # policy busy here: the hf server's forward-pass seconds over the steps' (what its /stats counts)
     return {**job_figures(metrics), "policy_busy": generation / sum(m["time/step_s"] for m in metrics)}
 
