@@ -1,7 +1,9 @@
 """The stack with its rollouts on the real kubelet, the way a user runs it: `make up` with
 VERI_LAUNCHER_BACKEND=kubernetes (compose.kubernetes.yaml: the stack's launcher container makes one Job
 per rollout, gVisor RuntimeClass -> runsc, through the tier's kubeconfig), then `veri run-harness
---sandbox launcher` of the URL bundle and `make train` two steps on the tiny model.
+--sandbox launcher` of the URL bundle and `make train` two steps on the tiny model, asynchronously
+(max_staleness 1: the docker stack's tests train synchronously; the launcher backend is the same for
+both, what async adds is groups started across step boundaries and cancelled at the end).
 
 How the pods reach the stack: with no CNI the kubelet (dockershim) puts each pod in Docker's default
 bridge, so the host is their gateway (VERI_K8S_STACK_ADDRESS); the proxy's rollout port and the web
@@ -32,7 +34,8 @@ from veri.core.rollouts import RolloutRecord
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # make up / make train may rebuild veri/runtime
 
 REPO = Path(__file__).resolve().parents[2]
-JOB = "tests/stack/train_job/job.yaml"  # 2 steps x 4 rollouts: one scripted URL task, one free task
+# 2 steps x 4 rollouts (one scripted URL task, one free task), max_staleness 1
+JOB = "tests/kubernetes/train_job_async/job.yaml"
 ROLLOUT_LABEL = "veri.sandbox=1"
 
 
@@ -139,6 +142,9 @@ def test_run_harness_url_bundle_on_the_kubelet(kubelet_stack, k8s_kubelet_cluste
 
 
 def test_make_train_two_steps_on_the_kubelet(kubelet_stack, k8s_kubelet_cluster):
+    """An asynchronous job on the kubelet: each step trains 4 rollouts sampled at most one version
+    behind, the groups dispatched for a third step are cancelled when the job ends, and every Job,
+    pod and Secret is gone."""
     stack, namespace = kubelet_stack
     name = f"k8s-{os.getpid()}"
     done = subprocess.run(["make", "--no-print-directory", "train", f"CONFIG={JOB}", f"NAME={name}"],
@@ -147,7 +153,8 @@ def test_make_train_two_steps_on_the_kubelet(kubelet_stack, k8s_kubelet_cluster)
     job = stack.state / "jobs" / name
     metrics = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [0, 1]
-    for step in (0, 1):
+    for step, line in zip((0, 1), metrics, strict=True):
+        assert line["staleness/max"] <= 1 and line["rollouts/stale_dropped"] == 0, line
         records = [RolloutRecord.model_validate_json(p.read_text())
                    for p in sorted((job / "trajectories" / f"step-{step}").rglob("rollout-*.json"))]
         assert len(records) == 4
@@ -155,11 +162,14 @@ def test_make_train_two_steps_on_the_kubelet(kubelet_stack, k8s_kubelet_cluster)
             assert record.status == "completed" and record.trainable, record.verdicts
             assert record.spans and all(span.completion_token_ids and span.completion_logprobs
                                         for span in record.spans)
-            assert {span.policy_version for span in record.spans} == {step}
+            versions = {span.policy_version for span in record.spans}  # may straddle a weight update
+            assert min(versions) == step - record.staleness and max(versions) <= step, record.rollout_id
             assert record.reward is not None
+        # a step takes the first groups to finish, so which tasks it trains is not fixed: every scripted
+        # rollout fetched the page through its pod and answered
         scripted = [r for r in records if r.task["expected_url"] != "https://nothing.test/"]
-        assert [r.reward.per_function["reward"] for r in scripted] == [1.0, 1.0]  # fetched through the pod
+        assert all(r.reward.per_function["reward"] == 1.0 for r in scripted), [r.reward for r in scripted]
     # the launcher's Jobs ran on the kubelet's node (the namespace's events say so) and are gone, with
-    # their pods and Secrets
+    # their pods and Secrets: the trained ones and those of the groups cancelled at the end
     assert len(pods_started(k8s_kubelet_cluster, namespace)) >= 8  # 2 steps x 4 (and run-harness's, if it ran)
     assert gone(k8s_kubelet_cluster, namespace)
