@@ -113,6 +113,21 @@ def test_sleep_mode_sleeps_after_the_rollouts_and_wakes_weights_before_loading_t
     assert timings["policy_sleep"] >= 0 and timings["weight_sync"] > 0
 
 
+def test_sleep_mode_reports_the_gpu_memory_the_sleep_gave_back(tmp_path):
+    """On the GPU the trainer and vLLM share, the free memory before and after the servers sleep (every
+    process's use counted): bench/gpu_check.sh's "sleep freed GiB". Without CUDA nothing is measured."""
+    figures, free = {}, iter([10.5, 52.0])
+    sync = FilesystemSync(trainer_at(0), [server([])], tmp_path, report=print, timing=lambda *a: None,
+                          sleep_mode=True, figure=figures.__setitem__, free_memory=lambda: next(free))
+    sync.sleep(0)
+    assert figures == {"policy/sleep_freed_gib": 41.5}
+    on_cpu = FilesystemSync(trainer_at(0), [server([])], tmp_path, report=print, timing=lambda *a: None,
+                            sleep_mode=True, figure=figures.__setitem__)  # torch without CUDA here
+    figures.clear()
+    on_cpu.sleep(0)
+    assert figures == {}
+
+
 def test_without_sleep_mode_nothing_sleeps(tmp_path):
     calls = []
     sync = FilesystemSync(trainer_at(0), [server(calls)], tmp_path, report=print, timing=lambda *a: None)

@@ -187,7 +187,7 @@ def _attach_vllm_sync(trainer: Any, plan: GpuLayout, options: TrainOptions, fold
                                             policy=", ".join(options.policy_urls))
         return None
     sync = FilesystemSync(trainer, servers, folders.weights, report=archive.log, timing=progress.timing,
-                          sleep_mode=plan.sleep_mode)
+                          sleep_mode=plan.sleep_mode, figure=progress.figure)
     seat_weight_sync(trainer, sync)
     return sync
 

@@ -33,6 +33,8 @@ Added by `ui.progress` from the step's timeline (`trainer.timeline`), not by `st
     utilisation/policy_<i>                          the fraction of the step's wall time replica i had a
                                                     request in flight (calls at once counted once)
     utilisation/trainer                             the fraction spent in forward/backward and the optimizer
+Added by the weight sync (`trainer.weights.vllm_sync`), on a GPU with vllm_sleep_mode:
+    policy/sleep_freed_gib                          GPU memory the policy's sleep gave back to the trainer
 """
 
 from __future__ import annotations

@@ -108,6 +108,11 @@ class StepProgress:
         if self.timeline is not None:
             self.timeline.timed(name, seconds)
 
+    def figure(self, name: str, value: float) -> None:
+        """A figure of the current step (e.g. the memory sleep mode freed) for its metrics line."""
+        if self.current is not None:
+            self.current.extra[name] = value
+
     def trained(self) -> None:
         """Called after the weight sync's on_step_end (the sync's own time is not training)."""
         if self.current is not None:

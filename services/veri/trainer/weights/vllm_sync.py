@@ -173,6 +173,20 @@ def empty_trainer_cache() -> None:
         torch.cuda.empty_cache()
 
 
+SLEEP_FREED = "policy/sleep_freed_gib"  # GPU memory the policy's sleep gave back (1 GPU shared)
+
+
+def gpu_free_gib() -> float | None:
+    """Free memory on the trainer's GPU, every process's use counted (so vLLM's too, on the one GPU they
+    share), in GiB; None without CUDA (the CPU twin: nothing to measure)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    free, _total = torch.cuda.mem_get_info()
+    return free / 2**30
+
+
 class FilesystemSync:
     def __init__(
         self,
@@ -184,6 +198,8 @@ class FilesystemSync:
         timing: Callable[[str, float], None],
         sleep_mode: bool = False,
         free_cache: Callable[[], None] | None = None,
+        figure: Callable[[str, float], None] | None = None,
+        free_memory: Callable[[], float | None] = gpu_free_gib,
     ) -> None:
         self.trainer = trainer
         self.servers = servers
@@ -192,6 +208,8 @@ class FilesystemSync:
         self.timing = timing  # (name, seconds) into the step's metrics
         self.sleep_mode = sleep_mode
         self.free_cache = free_cache or empty_trainer_cache
+        self.figure = figure or (lambda name, value: None)  # (name, value) into the step's metrics line
+        self.free_memory = free_memory
         self.paused = False  # set when a `PausedSync` runs this one: requests are held, not drained
         self.given: dict[VllmAdmin, str] = {}  # server -> the folder this job last had it load
 
@@ -231,10 +249,13 @@ class FilesystemSync:
         """Every server to sleep until the next sync (its rollouts are all in: nothing is waiting on it)."""
         if not self.sleep_mode:
             return
-        started = time.monotonic()
+        started, free_before = time.monotonic(), self.free_memory()
         for server in self.servers:
             self._call(server, step, "go to sleep", partial(server.sleep, level=1))
         self.timing("policy_sleep", time.monotonic() - started)
+        free_after = self.free_memory()
+        if free_before is not None and free_after is not None:  # what the trainer's step gets back
+            self.figure(SLEEP_FREED, free_after - free_before)
 
     def wake(self) -> None:
         """The job ends: leave the servers serving (a stack kept up answers again)."""
