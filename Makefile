@@ -18,7 +18,7 @@ TEST_DEPS :=
 
 help:
 	@echo "make test          the whole suite (builds everything it needs; what .ci/run runs)"
-	@echo "make test-fast     unit + service tiers only (no docker, CLIs, Chromium, vLLM, Kubernetes): minutes, after make venv tiny-model"
+	@echo "make test-fast     the in-process tiers (unit + service, not slow): under 5 minutes, after make venv tiny-model"
 	@echo "make lint          ruff + mypy + import contracts (pyproject.toml) + the VERI_* declaration check + the docs' checks (make test runs it)"
 	@echo "make docs          the docs site into build/site/ (offline; docs/reference/ regenerated from the code)"
 	@echo "make venv          .venv with veri and its test deps (CPU torch from the local wheel)"
@@ -94,10 +94,11 @@ test: disk-check venv tiny-model claude-code codex $(TEST_DEPS)
 	VERI_TINY_MODEL=$(TINY_MODEL) VERI_CLAUDE_BIN=$(CLAUDE) VERI_CODEX_BIN=$(CODEX) $(BIN)/pytest -q -rs --durations=25
 	@$(MAKE) --no-print-directory test-compose-v2
 
-# The tiers (tests/tiers.py marks each test at collection): unit and service need only the venv and the
-# tiny model; sandbox, stack, vllm, kubernetes and browser need what make test installs first.
+# The tiers (tests/tiers.py marks each test at collection): unit, service and process need only the venv
+# and the tiny model; sandbox, stack, vllm, kubernetes and browser need what make test installs first.
+# test-fast is what runs in this process: no server, CLI or job started as a program of its own.
 test-fast: venv tiny-model
-	VERI_TINY_MODEL=$(TINY_MODEL) $(BIN)/pytest -q -rs --durations=10 -m "unit or service"
+	VERI_TINY_MODEL=$(TINY_MODEL) $(BIN)/pytest -q -rs --durations=10 -m "(unit or service) and not slow"
 
 bench-proxy: venv tiny-model
 	$(BIN)/python bench/proxy_overhead.py --model $(TINY_MODEL)

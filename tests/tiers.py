@@ -2,20 +2,24 @@
 file carries them: by its folder, the file's imports and helpers, and the test's own code.
 
   unit        in-process code only (no server started, no docker, no CLI, no browser)
-  service     real veri servers (`veri serve ...` as subprocesses, tests/servers.py) or an app in process
+  service     a veri app in process (ASGI transport, TestClient, uvicorn in the test's own loop)
+  process     programs of their own: real veri servers (`veri serve ...`, tests/servers.py), `veri` CLI runs
+              (`veri train` / `veri eval` jobs on the tiny model among them), a Python script or stand-in
   sandbox     dockerd + runsc, the sandbox images, or the harness CLIs the images ship (Claude Code, Codex)
   stack       the compose stack (`make up`, `make train`): tests/stack
   vllm        the real vLLM (the veri/vllm-cpu image, the GPU images)
   kubernetes  the Kubernetes tier (control plane, kubelet): tests/kubernetes
   browser     Chromium (the console's browser tests)
 
-`make test-fast` runs `-m "unit or service"`: what a laptop with only `make venv tiny-model` runs.
-A test gets every tier that applies (a vLLM stack test is stack and vllm); unit is what is left.
+`make test-fast` runs `-m "(unit or service) and not slow"`: everything in process, for every edit. unit,
+service and process need only `make venv tiny-model`. A test gets every tier that applies (a vLLM stack
+test is stack and vllm; process only where no heavier tier does); unit is what is left.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import re
 from pathlib import Path
@@ -23,7 +27,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-TIERS = ("unit", "service", "sandbox", "stack", "vllm", "kubernetes", "browser")
+TIERS = ("unit", "service", "process", "sandbox", "stack", "vllm", "kubernetes", "browser")
 FOLDERS = {"stack": "stack", "kubernetes": "kubernetes", "sandbox": "sandbox"}
 
 # What puts a test in a tier: its file's text (MODULE_*), or its own code, its fixtures' code and names
@@ -37,7 +41,10 @@ OWN_SANDBOX = re.compile(r"(run_bundle\(|bundle=BUNDLES / )\"url_extract_(claude
 MODULE_BROWSER = re.compile(r"^from tests\.console\.browser import", re.MULTILINE)
 ITEM_BROWSER = re.compile(r"chromium\(")
 MODULE_VLLM = re.compile(r"^(IMAGE|CONFIG) = .*vllm", re.MULTILINE)  # the veri/vllm* images, a vLLM job
-SERVICE = re.compile(r"start_server|RunningServer|TestClient|ASGITransport|\"serve\",")
+SERVICE = re.compile(r"TestClient|ASGITransport|uvicorn\.Server\(")
+# A process of its own, in the test's code, its fixtures' or the test helpers they call (tests/servers.py's
+# start_server among them): by the call that starts it.
+PROCESS = re.compile(r"subprocess\.(run|Popen|check_call|check_output)\(|\bPopen\(|create_subprocess_exec\(")
 
 
 @functools.cache
@@ -71,6 +78,61 @@ def _fixture_code(item: pytest.Item) -> str:
     return "\n".join(parts)
 
 
+def _helpers(code: str, namespace: dict, seen: set[str]) -> list[str]:
+    """The source of the functions and classes of tests/ and bench/ that `code` calls (imported where the
+    module or the code itself imports them), and of those they call."""
+    namespace = {**namespace, **_local_imports(code)}
+    found = []
+    for name in set(re.findall(r"\b([A-Za-z_][\w.]*)\(", code)) - seen:  # f(...) and module.f(...)
+        seen.add(name)
+        head, *attributes = name.split(".")
+        target = namespace.get(head)
+        for attribute in attributes:
+            target = getattr(target, attribute, None)
+        target = inspect.unwrap(target) if callable(target) else target  # a @contextmanager's own function
+        if not (inspect.isfunction(target) or inspect.isclass(target)) or not _ours(target):
+            continue
+        source = _source(target)
+        found += [source, *_helpers(source, getattr(target, "__globals__", vars(inspect.getmodule(target))), seen)]
+    return found
+
+
+def _local_imports(code: str) -> dict:
+    """`from tests.x import a, b` (or bench.) inside a function: a and b."""
+    names = {}
+    for module, imported in re.findall(r"^\s*from ((?:tests|bench)[\w.]*) import ([\w, ]+)$", code, re.MULTILINE):
+        try:
+            loaded = importlib.import_module(module)
+        except ImportError:
+            continue
+        names |= {name.strip(): getattr(loaded, name.strip(), None) for name in imported.split(",")}
+    return names
+
+
+def _ours(target) -> bool:  # type: ignore[no-untyped-def]
+    """Test code: tests/ and bench/ (the reliability scenarios some tests run), not the product."""
+    try:
+        path = Path(inspect.getsourcefile(target) or "").resolve()
+    except TypeError:
+        return False
+    return path.is_relative_to(TESTS) or path.is_relative_to(TESTS.parent / "bench")
+
+
+def _reached_code(item: pytest.Item) -> str:
+    """The test's own code and its fixtures', with the test helpers both call (tests/, bench/)."""
+    info = getattr(item, "_fixtureinfo", None)
+    functions = [getattr(item, "function", None)]
+    functions += [fixture.func for defs in (info.name2fixturedefs.values() if info else ()) for fixture in defs]
+    parts, seen = [], set()
+    for function in functions:
+        if function is None:
+            continue
+        code = _source(function)
+        namespace = getattr(function, "__globals__", None) or vars(getattr(item, "module", None) or object)
+        parts += [code, *_helpers(code, namespace, seen)]
+    return "\n".join(parts)
+
+
 def tiers_of(item: pytest.Item) -> set[str]:
     path = Path(item.path)
     try:
@@ -86,7 +148,9 @@ def tiers_of(item: pytest.Item) -> set[str]:
     if (MODULE_SANDBOX.search(module) or ITEM_SANDBOX.search(own + fixtures) or OWN_SANDBOX.search(own)
             or ("vllm" in found and "stack" not in found)):
         found.add("sandbox")
-    if not found and (SERVICE.search(module) or SERVICE.search(fixtures)):
+    if not found and PROCESS.search(_reached_code(item)):
+        found.add("process")
+    elif not found and (SERVICE.search(module) or SERVICE.search(fixtures)):
         found.add("service")
     return found or {"unit"}
 

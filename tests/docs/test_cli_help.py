@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -43,6 +47,12 @@ def test_help_opens_with_what_the_command_does(name, parser):
 def test_veri_help_opens_with_what_veri_does():
     assert opening(build_parser().format_help()) == " ".join(DESCRIPTION.split())
     assert DESCRIPTION.startswith("Train an LLM policy")
+    # What a user types, through the installed console script: the same text, nothing printed before it.
+    veri = Path(sys.executable).with_name("veri")  # the venv's entry point (pyproject's [project.scripts])
+    shown = subprocess.run([str(veri), "--help"], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "COLUMNS": "100"})
+    assert shown.returncode == 0 and not shown.stderr, shown.stderr
+    assert opening(shown.stdout) == " ".join(DESCRIPTION.split())
 
 
 @pytest.mark.parametrize("bad", ["`veri` command line. Each service owns its subcommands in its own `cli.py` (kept "

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
+from tests.waiting import alive, wait_for
 from veri.core.launch import GroupLaunch, RolloutLaunch, SandboxLimits
 from veri.launcher.group import run_group
 from veri.launcher.local import LocalBackend
@@ -29,18 +29,20 @@ def test_group_statuses_are_independent(tmp_path, monkeypatch):
                                  "pathlib.Path(os.environ['VERI_OUTPUT_DIR'], 'answer.txt').write_text('42')\n"
                                  "assert 'HOSTONLY' not in os.environ\n")
     bad = bundle(tmp_path, "bad", "import sys\nprint('boom', file=sys.stderr)\nsys.exit(3)\n")
-    marker = tmp_path / "grandchild-alive"
-    hang = bundle(tmp_path, "hang", "import subprocess, sys, time\n"
-                                    "subprocess.Popen([sys.executable, 'grandchild.py'])\n"
+    marker, grandchild = tmp_path / "grandchild-alive", tmp_path / "grandchild.pid"
+    hang = bundle(tmp_path, "hang", "import pathlib, subprocess, sys, time\n"
+                                    "child = subprocess.Popen([sys.executable, 'grandchild.py'])\n"
+                                    f"pathlib.Path({str(grandchild)!r}).write_text(str(child.pid))\n"
                                     "time.sleep(600)\n")
+    # Past the harness's timeout (3 s), a grandchild that survived it writes the marker, then exits.
     (hang / "grandchild.py").write_text(
-        f"import pathlib, time\ntime.sleep(4)\npathlib.Path({str(marker)!r}).write_text('x')\n")
+        f"import pathlib, time\ntime.sleep(6)\npathlib.Path({str(marker)!r}).write_text('x')\n")
     loud = bundle(tmp_path, "loud", "import sys\nfor _ in range(2000): sys.stdout.write('y' * 50_000 + '\\n')\n")
     hog = bundle(tmp_path, "hog", "import os, pathlib\nd = pathlib.Path(os.environ['VERI_OUTPUT_DIR'])\n"
                                   "for i in range(5): (d / f'f{i}').write_bytes(b'z' * 1_000_000)\n")
     monkeypatch.setenv("HOSTONLY", "secret")
     group = GroupLaunch(max_parallel=5, launches=[
-        launch(ok, "r-ok"), launch(bad, "r-bad"), launch(hang, "r-hang", timeout_s=2),
+        launch(ok, "r-ok"), launch(bad, "r-bad"), launch(hang, "r-hang", timeout_s=3),
         launch(loud, "r-loud"), launch(hog, "r-hog", limits=SandboxLimits(output_max_bytes=2_500_000)),
     ])
     results = {r.rollout_id: r for r in asyncio.run(run_group(LocalBackend(), group, tmp_path / "out"))}
@@ -52,7 +54,8 @@ def test_group_statuses_are_independent(tmp_path, monkeypatch):
     assert results["r-loud"].status == "completed" and len(results["r-loud"].stdout_tail) < 70_000
     assert "earlier bytes dropped" in results["r-loud"].stdout_tail
     assert results["r-hog"].output_truncated and len(list(Path(results["r-hog"].output_dir).iterdir())) == 2
-    time.sleep(5)
+    # Killed with its harness, the grandchild is gone at once; had it survived, it is gone once it wrote.
+    wait_for(lambda: not alive(int(grandchild.read_text())), "the timed-out harness's grandchild to end")
     assert not marker.exists(), "the timed-out harness's grandchild survived"
 
 

@@ -4,22 +4,12 @@ no Ctrl-C reaches it; the backend kills its whole process group before the cance
 from __future__ import annotations
 
 import asyncio
-import time
-from pathlib import Path
 
 from tests.launcher.test_local_backend import bundle, launch
+from tests.waiting import alive, until, wait_for
 from veri.core.launch import GroupLaunch
 from veri.launcher.group import run_group
 from veri.launcher.local import LocalBackend
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting for init to reap it is dead)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    return "\nState:\tZ" not in status
 
 
 def test_a_cancelled_group_kills_its_harnesses(tmp_path):
@@ -35,10 +25,7 @@ time.sleep(600)
 
     async def scenario() -> None:
         task = asyncio.create_task(run_group(LocalBackend(), group, tmp_path / "out"))
-        deadline = time.monotonic() + 30
-        while len(list(pids.iterdir())) < 2:
-            assert time.monotonic() < deadline, "the harnesses never started"
-            await asyncio.sleep(0.1)
+        await until(lambda: len(list(pids.iterdir())) == 2, "both harnesses to start", timeout_s=30)
         task.cancel()
         try:
             await task
@@ -47,5 +34,7 @@ time.sleep(600)
 
     asyncio.run(scenario())
     started = [int(pid) for path in pids.iterdir() for pid in path.read_text().split()]
-    time.sleep(0.2)  # reaped by now
-    assert len(started) == 4 and not [pid for pid in started if alive(pid)]
+    assert len(started) == 4
+    # Killed (SIGKILL, whole group) before the cancel returned: their ends are the kernel's milliseconds.
+    wait_for(lambda: not [pid for pid in started if alive(pid)], "the killed harnesses and their children to end",
+             timeout_s=2)

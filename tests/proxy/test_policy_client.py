@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import orjson
+import psutil
 import pytest
 
 from tests.proxy.conftest import standin
+from tests.waiting import wait_for
 from veri.proxy.errors import PolicyUnavailable
 from veri.proxy.policy_client import PolicyClient, PolicyCompletion, read_completion
 
@@ -78,13 +79,22 @@ def test_a_connection_the_policy_server_closed_is_not_reused(reply_ids) -> None:
         await client.start()
         try:
             await asyncio.gather(*(complete(client) for _ in range(4)))
-            time.sleep(5.5)  # a busy event loop: the server's close is not read before the next calls
+            # A busy event loop (this wait blocks it): the server closes the idle connections and the
+            # loop has not read the closes when the next calls go out.
+            port = int(url.rsplit(":", 1)[1])
+            wait_for(lambda: closed_by_peer(port), "the policy server to close the idle connections")
             return await asyncio.gather(*(complete(client) for _ in range(4)))
         finally:
             await client.aclose()
 
     with standin(reply_ids) as url:
         assert [completion.token_ids for completion in asyncio.run(calls(url))] == [reply_ids] * 4
+
+
+def closed_by_peer(port: int) -> bool:
+    """This process's connections to `port` all closed by the other end, not yet by this one."""
+    mine = [c for c in psutil.Process().net_connections("tcp") if c.raddr and c.raddr.port == port]
+    return bool(mine) and all(c.status == psutil.CONN_CLOSE_WAIT for c in mine)
 
 
 def complete(client: PolicyClient):

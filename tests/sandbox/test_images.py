@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import textwrap
-import time
 import uuid
 
 from tests.sandbox.conftest import (
@@ -18,6 +17,7 @@ from tests.sandbox.conftest import (
     docker,
     makefile_version,
 )
+from tests.waiting import wait_for
 
 
 def py(code: str) -> list[str]:
@@ -136,9 +136,9 @@ def test_ulimit_nproc_stops_a_fork_bomb_gracefully(docker_client, run_sandboxed)
 
         assert docker_client.ping()
         ticks = neighbour.logs().count(b"tick")
-        time.sleep(1)
+        wait_for(lambda: neighbour.logs().count(b"tick") > ticks, "the neighbour to tick again", timeout_s=30)
         neighbour.reload()
-        assert neighbour.status == "running" and neighbour.logs().count(b"tick") > ticks
+        assert neighbour.status == "running"
     finally:
         neighbour.remove(force=True)
 

@@ -17,10 +17,11 @@ from tests.trainer.conftest import MAX_TOKENS, build_rollouts, write_job
 from veri.core.config import JobConfig, parse_config
 from veri.core.layout import GpuInventory
 from veri.core.validation import load_config
-from veri.rewards import RewardScorer, load_reward_functions
+from veri.rewards import RewardFunction, RewardScorer, load_reward_functions
 from veri.trainer.archive import JobArchive
-from veri.trainer.grpo.setup import grpo_config_kwargs, lora_config, seat_weight_sync
-from veri.trainer.rollouts.tasks import task_key
+from veri.trainer.grpo.rewards import trl_reward_funcs
+from veri.trainer.grpo.setup import build_trainer, grpo_config_kwargs, lora_config, seat_weight_sync
+from veri.trainer.rollouts.tasks import task_key, trl_dataset
 
 VLLM_JOB = {"backend": "vllm", "max_steps": 7, "rollouts_per_prompt": 4, "lora_rank": 8,
             "sampling": {"temperature": 0.7, "top_p": 0.9}, "grpo": {"per_device_train_batch_size": 8}}
@@ -54,10 +55,53 @@ def test_filesystem_sync_builds_trl_without_its_nccl_client(tiny_model, tmp_path
     assert plan.weight_sync == "filesystem"
     assert kwargs["use_vllm"] is False and "vllm_server_base_url" not in kwargs
     assert kwargs["use_cpu"] is True and kwargs["bf16"] is False  # float32, as the CPU twin serves
-    trainer = SimpleNamespace(use_vllm=False)
-    sync = SimpleNamespace(sync_weights=lambda: None)
+
+
+class CountedSync:
+    """What `FilesystemSync` is to TRL here: a seat whose `sync_weights` TRL calls (counted)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def sync_weights(self) -> None:
+        self.calls += 1
+
+
+def test_trl_calls_the_seated_sync_once_per_step_and_runs_the_correction(tiny_model, tmp_path):
+    """The seat, in the TRL this job runs: the trainer built from the filesystem-sync job's own GRPOConfig
+    (no TRL client) syncs through the seated sync before a step's rollouts, once per step, and computes
+    the importance-sampling ratio from the rollouts' logprobs (what TRL gates on `use_vllm`)."""
+    from transformers import AutoTokenizer
+
+    config = vllm_job(tiny_model, tmp_path).model_copy(update={"device": "cpu"})
+    funcs, weights = trl_reward_funcs([RewardFunction.wrap("reward", lambda **kw: None)])
+    kwargs = grpo_config_kwargs(config, output_dir=tmp_path / "ckpt", policy_url="http://policy:8001",
+                                reward_weights=weights, plan=config.gpu_layout())
+    rows = kwargs["per_device_train_batch_size"]  # one generation batch: 2 groups of 4
+    prompt, completion = [5, 6, 7, 8], [9, 10, 11]
+
+    def rollout_func(prompts, trainer):
+        return {"prompt_ids": [prompt] * rows, "completion_ids": [completion] * rows,
+                "logprobs": [[-1.0] * len(completion)] * rows, "env_mask": [[1] * len(completion)] * rows,
+                "veri_rewards": [{"reward": float(i % 2)} for i in range(rows)]}
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    trainer = build_trainer(config, args=kwargs, tokenizer=tokenizer, dataset=trl_dataset([{}]),
+                            rollout_func=rollout_func, reward_funcs=funcs, callbacks=[])
+    assert not trainer.use_vllm  # built without TRL's client: nothing would sync or correct unseated
+    sync = CountedSync()
     seat_weight_sync(trainer, sync)
-    assert trainer.use_vllm and trainer.vllm_generation is sync and trainer._last_loaded_step == -1
+    trainer.model.train()
+    inputs = [{"prompt": task_key(0)}] * rows
+
+    batch = trainer._generate_and_score_completions(inputs)
+    assert sync.calls == 1  # before step 0's rollouts
+    assert batch["importance_sampling_ratio"].shape == (rows, len(completion))
+    trainer._generate_and_score_completions(inputs)
+    assert sync.calls == 1  # the same step (gradient accumulation): the weights are already there
+    trainer.state.global_step = 1
+    trainer._generate_and_score_completions(inputs)
+    assert sync.calls == 2  # the next step's rollouts start from its weights
 
 
 def vllm_job(model: Path, folder: Path) -> JobConfig:

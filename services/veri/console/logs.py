@@ -4,6 +4,7 @@ lines shown as a person reads them: `readable`).
 Each event carries the complete lines read since the last one (one `data:` field per line) and, as its
 `id`, the byte offset after them, so a reconnecting EventSource (Last-Event-ID) resumes where it left
 off. When the job is not running and nothing new has come, an `end` event closes the stream.
+sse-starlette's EventSourceResponse (console/pages.py) encodes the events and pings an idle stream.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+from sse_starlette import ServerSentEvent
+
 TAIL_BYTES = 256_000  # a fresh page starts with at most this much of the log
-KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing an idle stream
+PING_S = 15.0  # a comment line this often keeps proxies from closing an idle stream
+SEP = "\n"  # the events' line ends: plain newlines, as the stream always had (the library's default is CRLF)
 
 
 def start_offset(path: Path, last_event_id: str | None) -> int:
@@ -29,25 +33,26 @@ def start_offset(path: Path, last_event_id: str | None) -> int:
         return size - TAIL_BYTES + len(handle.readline())
 
 
-async def log_events(path: Path, running: Callable[[], bool], offset: int, poll_s: float) -> AsyncIterator[str]:
-    quiet_s = 0.0
+async def log_events(path: Path, running: Callable[[], bool], offset: int,
+                     poll_s: float) -> AsyncIterator[ServerSentEvent]:
     while True:
         lines, offset = _read_lines(path, offset)
         if lines:
-            quiet_s = 0.0
-            yield f"id: {offset}\n" + "".join(f"data: {line}\n" for line in lines) + "\n"
+            yield _lines_event(lines, offset)
             continue
         if not running():
             lines, offset = _read_lines(path, offset)  # what came between the read and the check
             if lines:
-                yield f"id: {offset}\n" + "".join(f"data: {line}\n" for line in lines) + "\n"
-            yield "event: end\ndata: the job is not running\n\n"
+                yield _lines_event(lines, offset)
+            yield ServerSentEvent("the job is not running", event="end", sep=SEP)
             return
-        if quiet_s >= KEEPALIVE_S:
-            quiet_s = 0.0
-            yield ": keepalive\n\n"
         await asyncio.sleep(poll_s)
-        quiet_s += poll_s
+
+
+def _lines_event(lines: list[str], offset: int) -> ServerSentEvent:
+    # One `data:` field per line (the library splits on newlines, a stray CR included); the id is the
+    # byte offset a reconnecting EventSource sends back as Last-Event-ID.
+    return ServerSentEvent("\n".join(lines), id=str(offset), sep=SEP)
 
 
 def _read_lines(path: Path, offset: int) -> tuple[list[str], int]:

@@ -7,9 +7,10 @@ from collections.abc import Iterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
+from sse_starlette import EventSourceResponse
 
 from veri.console.downloads import record_line, records_jsonl
-from veri.console.logs import log_events, start_offset
+from veri.console.logs import PING_S, SEP, log_events, start_offset
 from veri.console.protocol import ArchivePage
 from veri.console.serving import ConsoleService, RolloutRef
 from veri.console.tokens import cells_html
@@ -79,12 +80,12 @@ def tokens_page(request: Request, job: str, step: int, task: int, rollout: int, 
 
 
 @router.get("/jobs/{job}/logs/stream")
-def log_stream(request: Request, job: str) -> StreamingResponse:
+def log_stream(request: Request, job: str) -> EventSourceResponse:
     console = service(request)
     layout, path = console.layout(job), console.log_file(job)
     offset = start_offset(path, request.headers.get("last-event-id"))
     events = log_events(path, lambda: job_status(layout) == JobStatus.RUNNING, offset, console.settings.log_poll_s)
-    return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    return EventSourceResponse(events, ping=PING_S, sep=SEP)
 
 
 # --- downloads: JSONL of rollout records, as `veri debug` reads them --------------------------------

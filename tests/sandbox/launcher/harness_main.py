@@ -27,6 +27,7 @@ elif kind == "hang":
 import os, pathlib, time
 if os.fork() == 0:
     os.setsid()
+    pathlib.Path(os.environ["VERI_OUTPUT_DIR"], "grandchild-started").write_text(str(time.time()))
     time.sleep({delay})
     pathlib.Path(os.environ["VERI_OUTPUT_DIR"], "grandchild-alive").write_text("x")
 """])

@@ -88,10 +88,11 @@ def test_faults_in_one_group(backend, harness_image, docker_client, launcher_id,
     assert not docker_client.containers.list(all=True, filters={"label": f"veri.launcher={launcher_id}"})
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.endswith(".logs")]
 
-    # The hang rollout's grandchild was due to write into its (host-side) output folder 6 s after it
-    # started, which was before its sandbox ended: wait past that (+2 s), however slowly the box ran it.
-    sandbox_end = hang.started_at + hang.duration_s
-    time.sleep(max(0.0, sandbox_end + 6 + 2 - time.time()))
+    # The hang rollout's grandchild wrote when it started (else there is nothing to check) and was due to
+    # write again 6 s later, after its sandbox's 4 s: wait past that (+2 s), however slowly the box ran it.
+    started = Path(hang.output_dir) / "grandchild-started"
+    assert started.exists(), "the hang rollout's grandchild never started"
+    time.sleep(max(0.0, float(started.read_text()) + 6 + 2 - time.time()))
     assert not (Path(hang.output_dir) / "grandchild-alive").exists(), "a grandchild outlived its sandbox"
 
 

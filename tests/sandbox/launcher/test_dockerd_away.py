@@ -20,6 +20,7 @@ import docker
 import pytest
 
 from tests.sandbox.conftest import BASE, LABEL, SESSION
+from tests.waiting import until
 from veri.core.launch import RolloutLaunch
 
 DOCKER_SOCKET = "/var/run/docker.sock"
@@ -134,7 +135,10 @@ def test_rollouts_ride_through_dockerd_going_away(relay, docker_client, rollouts
         relay.away()
         later = asyncio.ensure_future(backend.run(
             resolve_launch(harness_image, "r-later", name), tmp_path / "r-later"))
-        await asyncio.sleep(8)  # the first sandbox ends while dockerd is away
+        # docker's own client (not the relay) sees the first sandbox end while the backend cannot.
+        await until(lambda: docker_client.containers.list(
+            all=True, filters={"label": "veri.rollout_id=r-running", "status": "exited"}),
+            "the first sandbox to end while dockerd is away", timeout_s=120, every_s=0.2)
         assert not running.done() and not later.done(), "a rollout ended while dockerd was away"
         relay.back()
         return await asyncio.gather(running, later)

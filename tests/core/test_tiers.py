@@ -1,0 +1,55 @@
+"""tests/tiers.py finds a process a test starts through the helpers it calls (make test-fast leaves those
+out): a @contextmanager helper, one imported inside the test, one called through its module."""
+
+from __future__ import annotations
+
+import inspect
+
+import httpx
+
+import tests.servers as servers
+from tests import tiers
+from tests.servers import start_server
+
+
+def _reaches_a_process(function) -> bool:  # type: ignore[no-untyped-def]
+    code = inspect.getsource(function)
+    return bool(tiers.PROCESS.search("\n".join([code, *tiers._helpers(code, function.__globals__, set())])))
+
+
+def starts_a_server() -> None:
+    with start_server(["serve", "webfixture"]):
+        pass
+
+
+def imports_then_starts() -> None:
+    from tests.servers import start_server
+
+    with start_server(["serve", "webfixture"]):
+        pass
+
+
+def through_its_module() -> None:
+    with servers.start_server(["serve", "webfixture"]):
+        pass
+
+
+def through_a_helper_of_its_own() -> None:
+    starts_a_server()
+
+
+def in_process() -> None:
+    from veri.webfixture.server import create_app
+
+    with httpx.Client(transport=httpx.ASGITransport(create_app()), base_url="http://fixture") as client:
+        client.get("/pages/1.html")
+
+
+def test_a_server_started_by_any_way_of_calling_start_server_is_a_process():
+    for function in (starts_a_server, imports_then_starts, through_its_module, through_a_helper_of_its_own):
+        assert _reaches_a_process(function), function.__name__
+
+
+def test_an_app_in_process_is_not():
+    assert not _reaches_a_process(in_process)
+    assert tiers.SERVICE.search(inspect.getsource(in_process))
