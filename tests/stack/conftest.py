@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.demo.conftest import answer_rule, fetch_rule, tool_call
+from tests.demo.conftest import answer_rule, fetch_rule, sub_agent_rules, tool_call
 from tests.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DATASET = REPO / "config" / "data" / "url_extract.jsonl"
 OPENAI_TASK, CLAUDE_TASK, CODEX_TASK = 5, 9, 13
+SUB_AGENT_TASK = 11  # Claude Code hands it to a sub-agent (tests/stack/claude_job/, test_train_claude.py)
 
 
 def dataset_row(index: int) -> dict:
@@ -91,6 +92,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     rows = [json.loads(line) for line in DATASET.read_text().splitlines()]
     # Every task: fetch the page, then answer. Answer rules first: the page is the last turn then.
     rules = [answer_rule(row) for row in rows]
+    # The sub-agent task: its first turn starts an Agent, whose brief (also naming the page) fetches it. The
+    # rules match on the last user turn, first match wins: these before any other fetch rule of that page.
+    rules += sub_agent_rules(dataset_row(SUB_AGENT_TASK))
     rules.append(fetch_rule(claude_row, tool_call("Bash", {"command": f"curl -s {claude_row['url']}",
                                                             "description": "Fetch the page"})))
     codex_row = dataset_row(CODEX_TASK)

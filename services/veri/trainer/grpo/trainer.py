@@ -1,8 +1,9 @@
-"""`GRPOTrainer` with veri's two additions: a rollout's branch rows, and the share of tokens whose
-off-policy correction was truncated.
+"""`GRPOTrainer` with veri's three additions: a rollout's branch rows, the share of tokens whose
+off-policy correction was truncated, and rows scored without the batch's padding.
 
 A rollout whose history is a tree has several rows; TRL's batch gets the one ending at the final answer,
-and `grpo.branch_rows` appends the others with their rollout's advantage once TRL has built it.
+and `grpo.branch_rows` appends the others with their rollout's advantage once TRL has built it. Those rows
+differ in length, so each chunk the model scores is first cut to the columns its rows use (`grpo.unpad`).
 
 TRL computes the per-token importance ratio (trainer / sampler probability, `vllm_importance_sampling_*`)
 and logs its min/mean/max; with `token_truncate` a ratio above the cap is set to the cap, and how often
@@ -16,6 +17,7 @@ import functools
 from typing import Any
 
 from veri.trainer.grpo.branch_rows import add_branch_rows, branch_rows
+from veri.trainer.grpo.unpad import score_unpadded
 
 TRUNCATED_METRIC = "sampling/importance_sampling_ratio/truncated_frac"
 BRANCH_METRIC = "rows/branch_rows"  # rows trained besides the one per rollout in TRL's slot
@@ -26,6 +28,16 @@ def veri_trainer_class() -> type:
     from trl import GRPOTrainer
 
     class VeriGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
+        def _get_per_token_logps_and_entropies(self, model: Any, input_ids: Any, attention_mask: Any,
+                                               logits_to_keep: int, batch_size: int | None = None,
+                                               compute_entropy: bool = False, compute_aux_loss: bool = False,
+                                               **multimodal: Any) -> tuple[Any, Any, Any]:
+            score = functools.partial(super()._get_per_token_logps_and_entropies, model,
+                                      compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss)
+            if any(value is not None for value in multimodal.values()):  # image inputs: TRL's own chunking
+                return score(input_ids, attention_mask, logits_to_keep, batch_size, **multimodal)
+            return score_unpadded(score, input_ids, attention_mask, logits_to_keep, batch_size)
+
         def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
             output: dict[str, Any] = super()._generate_and_score_completions(inputs)
             branches = branch_rows(inputs)
