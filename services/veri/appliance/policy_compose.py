@@ -117,7 +117,8 @@ def _policy_service(
     plan: GpuLayout, server: PolicyServer, *, model: str, image: str, max_model_len: int | None, start_period: int,
     least: Least,
 ) -> dict[str, Any]:
-    environment = {**least.environment, "VLLM_SERVER_DEV_MODE": "1"}  # /collective_rpc, /reset_prefix_cache, ...
+    # VLLM_SERVER_DEV_MODE: /collective_rpc, /reset_prefix_cache, weight transfer
+    environment = {**least.environment, "VLLM_SERVER_DEV_MODE": "1"}
     if plan.device == PolicyDevice.CPU:
         environment |= CPU_ENV
     service: dict[str, Any] = {
