@@ -56,8 +56,10 @@ def test_every_vllm_server_holds_what_compose_yaml_s_policy_holds(tmp_path):
     assert least["user"] != "0:0" and least["cap_drop"] == ["ALL"] and least["read_only"] is True
     values = stack_env(cpu_twin_job(tmp_path), tmp_path)
     services = json.loads(Path(values["COMPOSE_FILE"].split(":")[1]).read_text())["services"]
-    assert {key: services["policy-1"][key] for key in least} == least
-    assert not set(least) & set(services["policy"]) and compose["services"]["policy"]["user"] == least["user"]
+    hf_policy = {key: compose["services"]["policy"][key] for key in least}
+    assert hf_policy == {**least, "tmpfs": ["/tmp:exec"]}  # torch's compiled kernels load from /tmp
+    assert {key: services["policy-1"][key] for key in least} == hf_policy
+    assert not set(least) & set(services["policy"])
     for name in ("policy", "policy-1"):
         assert services[name]["environment"]["HOME"] == compose["x-least-env"]["HOME"]
         assert services[name]["volumes"] == ["${VERI_MODELS_DIR:-./build/models}:/models:ro",

@@ -14,6 +14,8 @@ from tests.stack.conftest import REPO
 
 RO = "ro"  # a read-only mount; any other value is why the mount is writable
 TMP = {"/tmp": "tmpfs: gunicorn's worker files, prometheus's multiprocess folder, the libraries' caches (HOME)"}
+# exec: not docker's noexec default, for code written there
+TMP_EXEC = {"/tmp:exec": "the same, and the kernels torch (vLLM, GRPO's torch_compile) and triton compile and load"}
 EGRESS_GATEWAY = "egress gateway"  # not a compose service: the launcher starts it (launcher/docker_egress.py)
 
 
@@ -22,11 +24,11 @@ class Holds:
     mounts: dict[str, str]  # destination -> RO, or why it is writable
     user: tuple[str, str] | None = None  # (uid:gid, why) where not x-least's
     capabilities: dict[str, str] = field(default_factory=dict)  # added ones (all others dropped), each with why
-    tmpfs: dict[str, str] = field(default_factory=lambda: dict(TMP))
+    tmpfs: dict[str, str] = field(default_factory=lambda: dict(TMP))  # target[:exec] -> why
 
 
 ALLOWED = {
-    "policy": Holds({"/models": RO, "/state/jobs": RO}),  # jobs/: the weights the trainer syncs
+    "policy": Holds({"/models": RO, "/state/jobs": RO}, tmpfs=TMP_EXEC),  # jobs/: the weights the trainer syncs
     "proxy": Holds({"/models": RO, "/state/spans": "the span store: every model call it records"}),
     "launcher": Holds(
         {"/host/run": RO, "/state/outputs": "each sandbox's output folder, made before and taken back after"},
@@ -38,7 +40,8 @@ ALLOWED = {
     "webfixture": Holds({}),
     "console": Holds({"/work": RO, "/models": RO, "/state/jobs": RO}),
     "trainer": Holds({"/work": RO, "/models": RO, "/state/outputs": RO,
-                      "/state/jobs": "the job folders: archive, checkpoints, the weights the policy loads"}),
+                      "/state/jobs": "the job folders: archive, checkpoints, the weights the policy loads"},
+                     tmpfs=TMP_EXEC),
     EGRESS_GATEWAY: Holds({}, user=("65534:65534", "nobody: it holds no folder, not even veri's"), tmpfs={}),
 }
 
@@ -80,11 +83,12 @@ def violations(container: dict[str, Any], state: Path) -> list[str]:
         found.append("may gain privileges (no no-new-privileges)")
     if not host.get("ReadonlyRootfs"):
         found.append("a writable root file system")
-    tmpfs = set(host.get("Tmpfs") or {})
+    tmpfs = {target + (":exec" if "exec" in options.split(",") else "")
+             for target, options in (host.get("Tmpfs") or {}).items()}
     for mount in container.get("Mounts") or []:
         target = mount["Destination"]
         if mount["Type"] == "tmpfs":
-            tmpfs.add(target)
+            tmpfs.add(target)  # a compose volume of type tmpfs (compose.kubernetes.yaml's /host/run): noexec
             continue
         if target not in holds.mounts:
             found.append(f"mounts {mount.get('Source')} at {target}")

@@ -68,13 +68,14 @@ def test_the_check_finds_what_a_container_must_not_hold(tmp_path):
     the whole state folder mounted read-write."""
     state = tmp_path / "state"
     default = {"Name": "/veri-proxy-1", "Config": {"User": "", "Labels": {"com.docker.compose.service": "proxy"}},
-               "HostConfig": {"CapAdd": ["NET_ADMIN"], "CapDrop": None, "SecurityOpt": None, "ReadonlyRootfs": False},
+               "HostConfig": {"CapAdd": ["NET_ADMIN"], "CapDrop": None, "SecurityOpt": None, "ReadonlyRootfs": False,
+                              "Tmpfs": {"/tmp": "rw,exec"}},
                "Mounts": [{"Type": "bind", "Source": str(state), "Destination": "/state", "RW": True},
                           {"Type": "bind", "Source": str(state / "jobs"), "Destination": "/state/spans",
                            "RW": True}]}
     found = "\n".join(violations(default, state))
     for problem in ("runs as 'root", "drops None", "adds capability CAP_NET_ADMIN", "no no-new-privileges",
-                    "a writable root", f"mounts {state} at /state", "/state/spans is "):
+                    "a writable root", f"mounts {state} at /state", "/state/spans is ", "a tmpfs at /tmp:exec"):
         assert problem in found, found
     assert violations({**default, "Config": {"User": "", "Labels": {}}, "Name": "/x"}, state) == [
         "x: not on the allowlist (tests/stack/privileges.py)"]

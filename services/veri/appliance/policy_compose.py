@@ -10,8 +10,8 @@ anything starts:
     trainer                the image with the vLLM stack's pins, its device, and the plan (VERI_GPU_PLAN)
 Every server listens on 8001 in its own container, so `http://policy:8001` is the first replica for
 either backend. Each holds what compose.yaml's hf policy holds (`least`: its x-least, read there by
-`veri stack-env`): veri's uid, no capabilities, a read-only root, and of the state folder only jobs/,
-read-only (the weights the filesystem sync writes there).
+`veri stack-env`): veri's uid, no capabilities, a read-only root with an executable /tmp (the kernels
+torch compiles), and of the state folder only jobs/, read-only (the weights the filesystem sync writes).
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def policy_urls(plan: GpuLayout) -> list[str]:
 
 @dataclass(frozen=True)
 class Least:
-    """What every service of the stack holds at least: compose.yaml's x-least (user, capabilities,
-    read-only root, tmpfs) and x-least-env (HOME and USER for that uid)."""
+    """What compose.yaml's policy holds of its x-least (user, capabilities, read-only root, tmpfs) and
+    x-least-env (HOME and USER for that uid)."""
 
     service: dict[str, Any]
     environment: dict[str, str]

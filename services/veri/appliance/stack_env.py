@@ -94,13 +94,15 @@ def _vllm_stack(config: JobConfig, state_dir: Path, model: Path) -> dict[str, st
 
 
 def least_privilege(compose_file: Path = BASE_COMPOSE_PATH) -> Least:
-    """compose.yaml's x-least and x-least-env, declared there once, for the services generated here."""
+    """What compose.yaml's `policy` holds of its x-least (declared there once; its /tmp executable) and
+    x-least-env, for the vLLM servers generated here."""
     import yaml
 
     from veri.appliance.policy_compose import Least
 
     compose = yaml.safe_load(compose_file.read_text())
-    return Least(service=dict(compose["x-least"]), environment=dict(compose["x-least-env"]))
+    policy = compose["services"]["policy"]
+    return Least(service={key: policy[key] for key in compose["x-least"]}, environment=dict(compose["x-least-env"]))
 
 
 def _state_dir(given: Path | None) -> Path:
