@@ -61,6 +61,8 @@ COMPOSE_SMOKE = {
     "test_train.py::test_make_train_tiny_moves_the_weights_and_writes_a_consistent_archive",
     # Ctrl-C on make train: v1 and v2 relay the signal differently (scripts/stack/train.sh)
     "test_train_interrupt.py::test_ctrl_c_stops_make_train_and_leaves_nothing_running",
+    # user, capabilities, tmpfs and mounts as each turns compose.yaml (its YAML merges included) into containers
+    "test_privileges.py::test_every_container_holds_only_what_its_allowlist_says",
 }
 
 

@@ -4,6 +4,8 @@ for people; test_privileges.py (the session stack) and test_train_vllm.py (the v
 
 from __future__ import annotations
 
+import json
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,3 +101,12 @@ def violations(container: dict[str, Any], state: Path) -> list[str]:
             found.append(f"{target} is {mount['Source']}, not that sub-folder of the state folder {state}")
     found += [f"a tmpfs at {target}" for target in sorted(tmpfs - set(holds.tmpfs))]
     return [f"{service} ({container['Name'].lstrip('/')}): {problem}" for problem in found]
+
+
+def inspect_running(*filters: str) -> list[dict[str, Any]]:
+    """`docker inspect` of the running containers that match every `docker ps --filter` given."""
+    ids = subprocess.run(["docker", "ps", "-q", *[f"--filter={f}" for f in filters]], capture_output=True,
+                         text=True, check=True).stdout.split()
+    if not ids:
+        return []
+    return json.loads(subprocess.run(["docker", "inspect", *ids], capture_output=True, text=True, check=True).stdout)

@@ -5,24 +5,15 @@ tmpfs beyond compose.yaml's x-least is listed with its reason."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Iterator
 
 import pytest
 
 from tests.stack.conftest import REPO, _compose
-from tests.stack.privileges import ALLOWED, least_user, service_of, violations
+from tests.stack.privileges import ALLOWED, inspect_running, least_user, service_of, violations
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # `trained`: one make train on the session stack
-
-
-def _inspect(*filters: str) -> list[dict]:
-    ids = subprocess.run(["docker", "ps", "-q", *[f"--filter={f}" for f in filters]], capture_output=True,
-                         text=True, check=True).stdout.split()
-    if not ids:
-        return []
-    return json.loads(subprocess.run(["docker", "inspect", *ids], capture_output=True, text=True, check=True).stdout)
 
 
 @pytest.fixture
@@ -41,9 +32,9 @@ def trainer(stack) -> Iterator[None]:
 
 
 def test_every_container_holds_only_what_its_allowlist_says(stack, trained, trainer):
-    containers = _inspect(f"label=com.docker.compose.project={stack.env['VERI_PROJECT']}")
+    containers = inspect_running(f"label=com.docker.compose.project={stack.env['VERI_PROJECT']}")
     # the gateway of the job's sandboxes (an open-egress bundle), named after the stack's rollouts network
-    containers += [c for c in _inspect("label=veri.egress-gateway")
+    containers += [c for c in inspect_running("label=veri.egress-gateway")
                    if c["Name"].lstrip("/").startswith(f"{stack.env['VERI_ROLLOUTS_NETWORK']}-egress-")]
     assert {service_of(c) for c in containers} == set(ALLOWED), [c["Name"] for c in containers]
     found = [problem for container in containers for problem in violations(container, stack.state)]
