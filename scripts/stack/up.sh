@@ -14,10 +14,11 @@ healthy_ports="$port $console_port"
 # the kubernetes launcher is published (run-harness --sandbox launcher): its health says the cluster answered
 [ "${VERI_LAUNCHER_BACKEND:-docker}" = kubernetes ] && healthy_ports+=" ${VERI_LAUNCHER_PORT:-8002}"
 project=${VERI_PROJECT:-veri}
-mkdir -p "$state/spans" "$state/outputs"
+mkdir -p "$state"
 # The state folder holds the control token, every job's trajectories and the span store (session
-# keys): only its owner may enter it. Containers reach it as root through their bind mounts.
+# keys): only its owner may enter it. No service mounts it, only the sub-folders it uses (compose.yaml).
 chmod 700 "$state" || { echo "make up: cannot make $state private (chmod 700): own it or pick another VERI_STATE_DIR" >&2; exit 1; }
+scripts/stack/state_owner.sh "$state" || exit 1
 # A fresh control token whenever the stack's proxy is not running (first start, or after make down),
 # kept while it runs (make train calls this again on a running stack).
 proxy=$(VERI_CONTROL_TOKEN=unused $COMPOSE -p "$project" ps -q proxy 2>/dev/null || true)

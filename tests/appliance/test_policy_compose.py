@@ -10,7 +10,7 @@ import yaml
 
 from tests.trainer.conftest import write_job
 from veri.appliance.policy_compose import compose_override, images_for, policy_urls
-from veri.appliance.stack_env import stack_env
+from veri.appliance.stack_env import least_privilege, stack_env
 from veri.core.config import parse_config
 from veri.core.layout import GpuInventory, GpuLayout
 from veri.models.tiny import VLLM_CPU_HEAD_DIM, build_tiny_model
@@ -48,6 +48,24 @@ def test_the_cpu_twin_job_gets_two_vllm_servers_and_the_plan(tmp_path):
     assert plan == GpuLayout.from_json(values["VERI_GPU_PLAN"]) and plan.data_parallel_size == 2
 
 
+def test_every_vllm_server_holds_what_compose_yaml_s_policy_holds(tmp_path):
+    """compose.yaml's x-least on each server: `policy` gets it by merging into compose.yaml's policy (a
+    tmpfs given twice would mount /tmp twice), policy-1 in full; of the state folder, jobs/ read-only."""
+    compose = yaml.safe_load((REPO / "compose.yaml").read_text())
+    least = compose["x-least"]
+    assert least["user"] != "0:0" and least["cap_drop"] == ["ALL"] and least["read_only"] is True
+    values = stack_env(cpu_twin_job(tmp_path), tmp_path)
+    services = json.loads(Path(values["COMPOSE_FILE"].split(":")[1]).read_text())["services"]
+    hf_policy = {key: compose["services"]["policy"][key] for key in least}
+    assert hf_policy == {**least, "tmpfs": ["/tmp:exec"]}  # torch's compiled kernels load from /tmp
+    assert {key: services["policy-1"][key] for key in least} == hf_policy
+    assert not set(least) & set(services["policy"])
+    for name in ("policy", "policy-1"):
+        assert services[name]["environment"]["HOME"] == compose["x-least-env"]["HOME"]
+        assert services[name]["volumes"] == ["${VERI_MODELS_DIR:-./build/models}:/models:ro",
+                                             "${VERI_STATE_DIR:-./build/state}/jobs:/state/jobs:ro"]
+
+
 def test_an_hf_job_keeps_the_base_stack(tmp_path):
     values = stack_env(REPO / "config/url_extract_tiny.yaml", tmp_path)
     assert values["COMPOSE_FILE"] == "compose.yaml" and values["VERI_POLICY_URLS"] == ""
@@ -59,7 +77,8 @@ def test_four_gpus_one_server_with_vllm_dp_and_devices_per_container(tiny_model,
                                    vllm_tensor_parallel_size=1).read_text())
     config = parse_config(raw, base_dir=tmp_path)
     plan = config.gpu_layout(GpuInventory.nvidia(4))
-    services = compose_override(plan, model="/models/tiny", images=images_for(plan))["services"]
+    override = compose_override(plan, model="/models/tiny", images=images_for(plan), least=least_privilege())
+    services = override["services"]
     assert set(services) == {"policy", "proxy", "trainer"} and policy_urls(plan) == ["http://policy:8001"]
     policy, trainer = services["policy"], services["trainer"]
     assert policy["image"] == "veri/vllm" and trainer["image"] == "veri/trainer-gpu"
@@ -89,7 +108,8 @@ def test_the_health_checks_start_period_grows_with_the_model_and_tp():
 
     def period(gpus: int, weights_gib: float | None, tp: int | None = None) -> int:
         plan = plan_layout(GpuInventory.nvidia(gpus), heads, tensor_parallel_size=tp)
-        service = compose_override(plan, model="/models/m", images=images_for(plan), weights_gib=weights_gib)
+        service = compose_override(plan, model="/models/m", images=images_for(plan), least=least_privilege(),
+                                   weights_gib=weights_gib)
         health = service["services"]["policy"]["healthcheck"]
         assert (health["interval"], health["retries"]) == (f"{HEALTH_INTERVAL_S}s", HEALTH_RETRIES)
         return int(health["start_period"].removesuffix("s"))

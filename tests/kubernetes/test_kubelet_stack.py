@@ -93,7 +93,8 @@ def kubelet_stack(k8s_kubelet_cluster: KubeCluster, tmp_path_factory: pytest.Tem
     rows = [json.loads(line) for line in DATASET.read_text().splitlines()]
     rules = [answer_rule(row) for row in rows]  # answer rules first: the page is the last turn then
     rules += [fetch_rule(row, tool_call("fetch_url", {"url": row["url"]})) for row in rows]
-    (state / "script.json").write_text(json.dumps(rules))
+    (state / "jobs").mkdir()  # the policy sees only the state folder's jobs/ (read-only)
+    (state / "jobs" / "script.json").write_text(json.dumps(rules))
     address = pod_network_gateway()
     kubeconfig = launcher_kubeconfig(k8s_kubelet_cluster, address, tmp_path_factory.mktemp("k8s") / "kubeconfig")
     port = free_port()
@@ -101,7 +102,7 @@ def kubelet_stack(k8s_kubelet_cluster: KubeCluster, tmp_path_factory: pytest.Tem
     with fresh_namespace(k8s_kubelet_cluster) as namespace:
         env = {**os.environ, "VERI_PROJECT": project, "VERI_STATE_DIR": str(state), "VERI_PROXY_PORT": str(port),
                "VERI_CONSOLE_PORT": str(free_port()), "VERI_ROLLOUTS_NETWORK": f"{project}-rollouts",
-               "VERI_POLICY_SCRIPTED_REPLIES": "/state/script.json", "VERI_PROXY_URL": f"http://127.0.0.1:{port}",
+               "VERI_POLICY_SCRIPTED_REPLIES": "/state/jobs/script.json", "VERI_PROXY_URL": f"http://127.0.0.1:{port}",
                "VERI_LAUNCHER_BACKEND": "kubernetes", "VERI_LAUNCHER_KUBECONFIG": str(kubeconfig),
                "VERI_LAUNCHER_NAMESPACE": namespace, "VERI_K8S_STACK_ADDRESS": address,
                "VERI_K8S_PROXY_PORT": str(free_port()), "VERI_LAUNCHER_PORT": str(free_port())}

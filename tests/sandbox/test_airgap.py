@@ -194,11 +194,12 @@ def test_bundle_load_and_train_with_no_network(workspace, docker_client):
     rows = [json.loads(line) for line in (ROOT / "config" / "data" / "url_extract.jsonl").read_text().splitlines()]
     rules = [answer_rule(row) for row in rows]
     rules += [fetch_rule(row, tool_call("fetch_url", {"url": row["url"]})) for row in rows]
-    (state / "script.json").write_text(json.dumps(rules))
+    (state / "jobs").mkdir()  # the policy sees only the state folder's jobs/ (read-only)
+    (state / "jobs" / "script.json").write_text(json.dumps(rules))
     project = f"veriair-{os.getpid()}"
     stack = {**offline, "VERI_PROJECT": project, "VERI_STATE_DIR": str(state), "VERI_PROXY_PORT": str(free_port()),
              "VERI_CONSOLE_PORT": str(free_port()), "VERI_ROLLOUTS_NETWORK": f"{project}-rollouts",
-             "VERI_POLICY_SCRIPTED_REPLIES": "/state/script.json"}
+             "VERI_POLICY_SCRIPTED_REPLIES": "/state/jobs/script.json"}
     try:
         started = time.monotonic()
         trained = run([*make, "train", "CONFIG=airgap/job.yaml", "NAME=air"], dst, stack, timeout=1800)

@@ -62,6 +62,8 @@ COMPOSE_SMOKE = {
     "test_train.py::test_make_train_tiny_moves_the_weights_and_writes_a_consistent_archive",
     # Ctrl-C on make train: v1 and v2 relay the signal differently (scripts/stack/train.sh)
     "test_train_interrupt.py::test_ctrl_c_stops_make_train_and_leaves_nothing_running",
+    # user, capabilities, tmpfs and mounts as each turns compose.yaml (its YAML merges included) into containers
+    "test_privileges.py::test_every_container_holds_only_what_its_allowlist_says",
 }
 
 
@@ -100,13 +102,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     codex_row = dataset_row(CODEX_TASK)
     rules.append(fetch_rule(codex_row, tool_call("exec_command", {"cmd": f"curl -s {codex_row['url']}"})))
     rules += [fetch_rule(row, tool_call("fetch_url", {"url": row["url"]})) for row in rows]
-    (state / "script.json").write_text(json.dumps(rules))
+    (state / "jobs").mkdir()  # the policy sees only the state folder's jobs/ (read-only)
+    (state / "jobs" / "script.json").write_text(json.dumps(rules))
     port = free_port()
     project = f"veri-test-{os.getpid()}"
     env = {**os.environ, "VERI_PROJECT": project, "VERI_STATE_DIR": str(state), "VERI_PROXY_PORT": str(port),
            "VERI_CONSOLE_PORT": str(free_port()),
            "VERI_ROLLOUTS_NETWORK": f"{project}-rollouts",
-           "VERI_POLICY_SCRIPTED_REPLIES": "/state/script.json", "VERI_PROXY_URL": f"http://127.0.0.1:{port}"}
+           "VERI_POLICY_SCRIPTED_REPLIES": "/state/jobs/script.json", "VERI_PROXY_URL": f"http://127.0.0.1:{port}"}
     up = subprocess.run(["make", "--no-print-directory", "up"], cwd=REPO, env=env, capture_output=True, text=True,
                         timeout=1800)
     try:
@@ -114,3 +117,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield Stack(env=env, proxy_url=f"http://127.0.0.1:{port}", state=state)
     finally:
         subprocess.run(["make", "--no-print-directory", "down"], cwd=REPO, env=env, capture_output=True, timeout=300)
+
+
+TRAIN_JOB = "tests/stack/train_job/job.yaml"
+
+
+@pytest.fixture(scope="session")
+def trained(stack: Stack) -> tuple[str, subprocess.CompletedProcess]:
+    """One `make train` run on the session stack, shared: its job folder is what the archive and console
+    tests read (test_train.py), its stack what test_privileges.py inspects. The job: tests/stack/train_job/."""
+    name = f"ci-{os.getpid()}"
+    done = subprocess.run(["make", "--no-print-directory", "train", f"CONFIG={TRAIN_JOB}", f"NAME={name}"],
+                          cwd=REPO, env=stack.env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, f"{done.stdout[-5000:]}\n{done.stderr[-5000:]}"
+    return name, done

@@ -60,7 +60,7 @@ def test_tokens_and_keys_are_compared_in_constant_time():
     assert {p.relative_to(SERVICES).as_posix() for p in users} >= {"core/auth.py", "console/guard.py",
                                                                    "proxy/store/sessions.py"}
     # every control route checks its token through the one rule (core/auth.py)
-    for route in ("proxy/control/api_router.py", "launcher/deps.py", "policy/hf/routes.py"):
+    for route in ("proxy/control/auth.py", "launcher/deps.py", "policy/hf/routes.py"):
         assert "from veri.core.auth import" in (SERVICES / route).read_text(), route
 
 

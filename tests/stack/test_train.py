@@ -5,8 +5,6 @@ gives the two rollouts of a group different rewards, so the steps must move the 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 
 import pytest
 import torch
@@ -17,19 +15,8 @@ from veri.core.rollouts import RolloutRecord
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # make train may rebuild veri/runtime first
 
-JOB = "tests/stack/train_job/job.yaml"
 TINY = REPO / "build" / "models" / "tiny"
 FREE_TASK = "https://nothing.test/"  # the expected_url of the task no scripted rule matches
-
-
-@pytest.fixture(scope="module")
-def trained(stack) -> tuple[str, subprocess.CompletedProcess]:
-    """One `make train` run, shared: its job folder is what the archive and console tests read."""
-    name = f"ci-{os.getpid()}"
-    done = subprocess.run(["make", "--no-print-directory", "train", f"CONFIG={JOB}", f"NAME={name}"],
-                          cwd=REPO, env=stack.env, capture_output=True, text=True, timeout=1800)
-    assert done.returncode == 0, f"{done.stdout[-5000:]}\n{done.stderr[-5000:]}"
-    return name, done
 
 
 def test_make_train_tiny_moves_the_weights_and_writes_a_consistent_archive(stack, trained):

@@ -19,6 +19,7 @@ from transformers import AutoModelForCausalLM
 
 from tests.servers import free_port
 from tests.stack.conftest import REPO
+from tests.stack.privileges import inspect_running, service_of, violations
 from veri.core.rollouts import RolloutRecord
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # builds veri/vllm-cpu when missing; vLLM starts in minutes
@@ -39,10 +40,11 @@ def vllm_job(tmp_path_factory: pytest.TempPathFactory):
         done = subprocess.run(["make", "--no-print-directory", "train", f"CONFIG={CONFIG}", f"NAME={name}"],
                               cwd=REPO, env=env, capture_output=True, text=True, timeout=2400)
         replicas = _replica_stats(env, port, state)
+        containers = inspect_running(f"label=com.docker.compose.project={project}")
     finally:
         subprocess.run(["make", "--no-print-directory", "down"], cwd=REPO, env=env, capture_output=True, timeout=300)
     assert done.returncode == 0, f"{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
-    return done, state / "jobs" / name, replicas
+    return done, state / "jobs" / name, replicas, (containers, state)
 
 
 def _replica_stats(env: dict[str, str], port: int, state: Path) -> list[dict]:
@@ -58,7 +60,7 @@ def _records(job: Path, step: int) -> list[RolloutRecord]:
 
 
 def test_each_step_is_sampled_by_its_own_version_on_both_replicas(vllm_job):
-    done, job, replicas = vllm_job
+    done, job, replicas, _ = vllm_job
     assert "policy (vLLM CPU build) TP=1 x DP=2" in done.stderr  # the plan, made once and shown
     assert "sleep mode: the policy sleeps" in done.stderr
     for step in (0, 1):
@@ -73,8 +75,18 @@ def test_each_step_is_sampled_by_its_own_version_on_both_replicas(vllm_job):
     assert all(r["cached_prompt_tokens"] is not None for r in replicas)  # vLLM reports its prefix cache
 
 
+def test_the_vllm_servers_hold_what_the_hf_policy_holds(vllm_job):
+    """The generated services (compose.policy.yaml) against the allowlist, as the session stack's are:
+    veri's uid, no capabilities, a read-only root, of the state folder jobs/ read-only."""
+    containers, state = vllm_job[3]
+    assert sorted(c["Config"]["Labels"]["com.docker.compose.service"] for c in containers
+                  if service_of(c) == "policy") == ["policy", "policy-1"]
+    found = [problem for container in containers for problem in violations(container, state)]
+    assert not found, "\n".join(found)
+
+
 def test_served_logprobs_follow_the_trained_weights(vllm_job):
-    _, job, _ = vllm_job
+    _, job, _, _ = vllm_job
     metrics = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [0, 1]
     for line in metrics:

@@ -9,7 +9,9 @@ anything starts:
                            `veri stack-env`: VERI_POLICY_URLS, VERI_POLICY_DP_RANKS)
     trainer                the image with the vLLM stack's pins, its device, and the plan (VERI_GPU_PLAN)
 Every server listens on 8001 in its own container, so `http://policy:8001` is the first replica for
-either backend.
+either backend. Each holds what compose.yaml's hf policy holds (`least`: its x-least, read there by
+`veri stack-env`): veri's uid, no capabilities, a read-only root with an executable /tmp (the kernels
+torch compiles), and of the state folder only jobs/, read-only (the weights the filesystem sync writes).
 """
 
 from __future__ import annotations
@@ -63,8 +65,17 @@ def policy_urls(plan: GpuLayout) -> list[str]:
     return [f"http://{name}:{POLICY_PORT}" for name in server_names(plan)]
 
 
+@dataclass(frozen=True)
+class Least:
+    """What compose.yaml's policy holds of its x-least (user, capabilities, read-only root, tmpfs) and
+    x-least-env (HOME and USER for that uid)."""
+
+    service: dict[str, Any]
+    environment: dict[str, str]
+
+
 def compose_override(
-    plan: GpuLayout, *, model: str, images: PolicyImages, max_model_len: int | None = None,
+    plan: GpuLayout, *, model: str, images: PolicyImages, least: Least, max_model_len: int | None = None,
     weights_gib: float | None = None,
 ) -> dict[str, Any]:
     """The override's services for `plan`; `model` is the model's path inside the containers, `weights_gib`
@@ -73,8 +84,11 @@ def compose_override(
     names = server_names(plan)
     start = start_period_s(plan, weights_gib)
     for name, server in zip(names, plan.policy_servers, strict=True):
+        # `policy` is merged into compose.yaml's, which holds x-least already (its tmpfs list given
+        # twice would mount /tmp twice); the others are new services
+        hardening = Least({}, least.environment) if name == "policy" else least
         services[name] = _policy_service(plan, server, model=model, image=images.vllm, max_model_len=max_model_len,
-                                         start_period=start)
+                                         start_period=start, least=hardening)
     services["proxy"] = {"depends_on": {name: {"condition": "service_healthy"} for name in names}}
     services["trainer"] = _trainer_service(plan, images.trainer)
     return {"services": services}
@@ -100,17 +114,22 @@ def start_period_s(plan: GpuLayout, weights_gib: float | None) -> int:
 
 
 def _policy_service(
-    plan: GpuLayout, server: PolicyServer, *, model: str, image: str, max_model_len: int | None, start_period: int
+    plan: GpuLayout, server: PolicyServer, *, model: str, image: str, max_model_len: int | None, start_period: int,
+    least: Least,
 ) -> dict[str, Any]:
-    environment = {"VLLM_SERVER_DEV_MODE": "1"}  # /collective_rpc, /reset_prefix_cache, weight transfer
+    # VLLM_SERVER_DEV_MODE: /collective_rpc, /reset_prefix_cache, weight transfer
+    environment = {**least.environment, "VLLM_SERVER_DEV_MODE": "1"}
     if plan.device == PolicyDevice.CPU:
         environment |= CPU_ENV
     service: dict[str, Any] = {
+        **least.service,
         "image": image,
         "entrypoint": ["/usr/bin/tini", "--"],
         "command": vllm_command(plan, server, model=model, max_model_len=max_model_len),
         "environment": environment,
-        "volumes": ["${VERI_MODELS_DIR:-./build/models}:/models:ro", "${VERI_STATE_DIR:-./build/state}:/state"],
+        # jobs/<job>/weights: what the filesystem sync (and `veri eval --step K`) loads
+        "volumes": ["${VERI_MODELS_DIR:-./build/models}:/models:ro",
+                    "${VERI_STATE_DIR:-./build/state}/jobs:/state/jobs:ro"],
         "networks": ["control"],
         "healthcheck": {
             "test": ["CMD", "python3", "-c",

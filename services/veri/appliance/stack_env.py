@@ -17,11 +17,17 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from veri.core import envs
 from veri.core.config import JobConfig
 
+if TYPE_CHECKING:
+    from veri.appliance.policy_compose import Least
+
 BASE_COMPOSE_FILE = "compose.yaml"
+# the checkout's (an editable install: `make train` runs stack-env from it)
+BASE_COMPOSE_PATH = Path(__file__).resolve().parents[3] / BASE_COMPOSE_FILE
 OVERRIDE_FILE = "compose.policy.yaml"
 MODELS_IN_CONTAINERS = Path("/models")  # compose.yaml mounts VERI_MODELS_DIR there
 
@@ -71,7 +77,8 @@ def _vllm_stack(config: JobConfig, state_dir: Path, model: Path) -> dict[str, st
 
     plan = config.gpu_layout()
     override = compose_override(plan, model=str(MODELS_IN_CONTAINERS / model.name), images=images_for(plan),
-                                max_model_len=config.max_model_len, weights_gib=model_facts(model).weight_gib)
+                                least=least_privilege(), max_model_len=config.max_model_len,
+                                weights_gib=model_facts(model).weight_gib)
     state_dir.mkdir(parents=True, exist_ok=True)
     path = state_dir / OVERRIDE_FILE
     path.write_text(dump(override))
@@ -84,6 +91,18 @@ def _vllm_stack(config: JobConfig, state_dir: Path, model: Path) -> dict[str, st
         envs.VERI_POLICY_DP_RANKS: str(ranks),
         envs.VERI_GPU_PLAN: plan.to_json(),
     }
+
+
+def least_privilege(compose_file: Path = BASE_COMPOSE_PATH) -> Least:
+    """What compose.yaml's `policy` holds of its x-least (declared there once; its /tmp executable) and
+    x-least-env, for the vLLM servers generated here."""
+    import yaml
+
+    from veri.appliance.policy_compose import Least
+
+    compose = yaml.safe_load(compose_file.read_text())
+    policy = compose["services"]["policy"]
+    return Least(service={key: policy[key] for key in compose["x-least"]}, environment=dict(compose["x-least-env"]))
 
 
 def _state_dir(given: Path | None) -> Path:

@@ -25,6 +25,7 @@ from veri.core import envs
 MANIFEST_FILE = "veri-harness.toml"
 BUNDLE_MOUNT = "/harness"  # where the bundle's code lives inside its image
 OUTPUT_MOUNT = "/veri/output"  # VERI_OUTPUT_DIR inside the sandbox
+HARNESS_UID = 1000  # the `harness` user of veri/base: every sandbox runs as it (uid = gid)
 # An entrypoint argument ending so (or starting ./) names a file the bundle must hold.
 SCRIPT_SUFFIXES = (".py", ".sh", ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl")
 NPM_SPEC = re.compile(r"(@[a-z0-9][\w.-]*/)?[a-z0-9][\w.-]*(@[\w.^~<>=*|+ -]+)?")

@@ -31,10 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from veri.core.egress import LABEL_EGRESS
-from veri.core.harness import BUNDLE_MOUNT, OUTPUT_MOUNT, HarnessManifest, load_manifest
+from veri.core.harness import BUNDLE_MOUNT, HARNESS_UID, OUTPUT_MOUNT, HarnessManifest, load_manifest
 
 BUILDER_VERSION = "1"  # bump when the generated Dockerfile changes: every bundle then gets a new tag
-HARNESS_UID = 1000  # the `harness` user of veri/base
 IGNORED_NAMES = {"__pycache__", ".git", ".hg", ".venv", "venv", "node_modules", ".DS_Store",
                  ".pytest_cache", ".mypy_cache", ".ruff_cache", ".ipynb_checkpoints"}
 IGNORED_SUFFIXES = (".pyc", ".pyo")

@@ -61,19 +61,18 @@ from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception
 
 from veri.core import egress, envs
 from veri.core.episodes import RolloutStatus
-from veri.core.harness import BUNDLE_MOUNT, OUTPUT_MOUNT
+from veri.core.harness import BUNDLE_MOUNT, HARNESS_UID, OUTPUT_MOUNT
 from veri.core.launch import LaunchResult, RolloutLaunch, SandboxLimits
 from veri.launcher.docker_egress import DockerEgress
 from veri.launcher.docker_hosts import PinnedHosts
 from veri.launcher.errors import DockerdAway, EgressProblem, ImageProblem, SandboxUnavailable
-from veri.launcher.outputs import enforce_output_cap
+from veri.launcher.outputs import enforce_output_cap, hand_back, prepare_output
 from veri.launcher.tails import Tail
 
 log = structlog.get_logger("veri.launcher.docker")
 
 DEFAULT_NETWORK = "veri-rollouts"  # compose.yaml names its rollouts network so
-HARNESS_USER = "1000:1000"  # `harness` in veri/base
-HARNESS_UID = 1000
+HARNESS_USER = f"{HARNESS_UID}:{HARNESS_UID}"  # `harness` in veri/base
 LOGS_MOUNT = "/veri/logs"
 LOG_CEILING_BYTES = 2 << 30  # stdout + stderr on disk while running; past it the sandbox is killed
 GUARD_INTERVAL_S = 0.5
@@ -312,6 +311,7 @@ class DockerBackend:
                 status = RolloutStatus.FAILED
                 notes.append(_output_note(size, ceiling))
         truncated = await self._call(enforce_output_cap, output_dir, limits.output_max_bytes)
+        await self._call(hand_back, output_dir)  # to the services' user: the trainer reads it
         if status is RolloutStatus.FAILED and exit_code == 1 and not stderr.strip() and not notes:
             # Under gVisor a harness out of memory often gets a MemoryError with no memory left to print
             # it: exit 1, empty stderr, OOMKilled false. Say it may be that rather than nothing.
@@ -546,18 +546,12 @@ class DockerBackend:
 # --- host-side files (blocking) ----------------------------------------------------------------
 
 def _prepare_dirs(output_dir: Path, logs_dir: Path) -> None:
-    """A fresh output folder owned by the sandbox user; a root-owned logs folder whose three files
-    (stdout, stderr, the exit status) the sandbox may write but not replace."""
-    for folder in (output_dir, logs_dir):
-        if folder.exists() or folder.is_symlink():
-            shutil.rmtree(folder) if folder.is_dir() and not folder.is_symlink() else folder.unlink()
-    output_dir.mkdir(parents=True)
-    logs_dir.mkdir(parents=True)
-    try:
-        os.chown(output_dir, HARNESS_UID, HARNESS_UID)
-        output_dir.chmod(0o755)
-    except PermissionError:  # a launcher that is not root: any uid may write
-        output_dir.chmod(0o777)
+    """A fresh output folder owned by the sandbox user; a logs folder of the launcher's whose three
+    files (stdout, stderr, the exit status) the sandbox may write but not replace."""
+    prepare_output(output_dir)
+    if logs_dir.exists() or logs_dir.is_symlink():
+        shutil.rmtree(logs_dir) if logs_dir.is_dir() and not logs_dir.is_symlink() else logs_dir.unlink()
+    logs_dir.mkdir()
     logs_dir.chmod(0o755)
     for name in ("stdout", "stderr", "exit"):
         path = logs_dir / name

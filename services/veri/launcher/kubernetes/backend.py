@@ -27,7 +27,6 @@ import collections
 import functools
 import json
 import os
-import shutil
 import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -48,7 +47,7 @@ from veri.launcher.kubernetes.image_egress import ImageEgress
 from veri.launcher.kubernetes.objects import Egress, OutputVolume, PodSettings
 from veri.launcher.kubernetes.pacing import CreationPacer
 from veri.launcher.kubernetes.watch import FATAL_WAITING, ClusterWatch, RolloutState
-from veri.launcher.outputs import enforce_output_cap
+from veri.launcher.outputs import enforce_output_cap, hand_back, prepare_output
 from veri.launcher.tails import Tail
 
 log = structlog.get_logger("veri.launcher.kubernetes")
@@ -170,7 +169,7 @@ class KubernetesBackend:
         name = objects.object_name(launch.rollout_id)
         egress = await self._call(self.image_egress.of, launch.image)
         subpath = self._output_subpath(output_dir)
-        await self._call(_prepare_output, output_dir)
+        await self._call(prepare_output, output_dir)
         state = self.watch.track(name)
         creating: asyncio.Future | None = None
         try:
@@ -190,6 +189,7 @@ class KubernetesBackend:
         if status is RolloutStatus.FAILED and exit_code is None and not notes:
             notes.append("[veri] the pod ended without an exit code")
         truncated = await self._call(enforce_output_cap, output_dir, launch.limits.output_max_bytes)
+        await self._call(hand_back, output_dir)  # to the services' user: the trainer reads it
         stderr = "\n".join(part for part in (logs, *notes) if part)
         infrastructure = notes[0].removeprefix("[veri] ") if status is RolloutStatus.FAILED and exit_code is None \
             else None
@@ -374,17 +374,6 @@ def _api_client(kubeconfig: Path | None, pool_size: int) -> client.ApiClient:
                                  "or run the launcher in the cluster") from None
     configuration.connection_pool_maxsize = pool_size  # one connection per thread, no "pool is full" noise
     return client.ApiClient(configuration)
-
-
-def _prepare_output(output_dir: Path) -> None:
-    if output_dir.exists() or output_dir.is_symlink():
-        shutil.rmtree(output_dir) if output_dir.is_dir() and not output_dir.is_symlink() else output_dir.unlink()
-    output_dir.mkdir(parents=True)
-    try:
-        os.chown(output_dir, objects.HARNESS_UID, objects.HARNESS_UID)
-        output_dir.chmod(0o755)
-    except PermissionError:  # a launcher that is not root: any uid may write
-        output_dir.chmod(0o777)
 
 
 def _exit_verdict(state: RolloutState, launch: RolloutLaunch) -> tuple[RolloutStatus, int | None, list[str]]:

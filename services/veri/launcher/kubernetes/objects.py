@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from veri.core import envs
-from veri.core.harness import BUNDLE_MOUNT, OUTPUT_MOUNT
+from veri.core.harness import BUNDLE_MOUNT, HARNESS_UID, OUTPUT_MOUNT
 from veri.core.launch import RolloutLaunch
 from veri.core.registry import registry_image
 
-HARNESS_UID = 1000  # `harness` in veri/base
 HARNESS_HOME = "/home/harness"  # its HOME in veri/base: a writable emptyDir under the read-only root
 CONTAINER = "harness"
 LABEL_SANDBOX = "veri.sandbox"
