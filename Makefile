@@ -10,11 +10,14 @@ CLAUDE := build/claude-code/$(CLAUDE_CODE_VERSION)/claude
 CODEX_VERSION := 0.169.0
 # The Codex CLI's native (static musl) binary from its vendored npm tarball, as its image runs it.
 CODEX := build/codex/$(CODEX_VERSION)/codex
-# Extra prerequisites of `make test` that included makefiles add (e.g. docker images).
+# What included makefiles add to `make test`: TEST_DEPS before any test (lint, the background Kubernetes
+# build); TEST_PREPARED, what only the docker and browser tiers need (images, Chromium), made in the
+# background while the in-process and process tiers run (scripts/test/run.sh).
 TEST_DEPS :=
+TEST_PREPARED :=
 -include mk/*.mk
 
-.PHONY: help disk-check venv tiny-model claude-code codex test test-fast bench-proxy bench-train bench-async
+.PHONY: help disk-check venv tiny-model claude-code codex test test-prepared test-fast bench-proxy bench-train bench-async
 
 help:
 	@echo "make test          the whole suite (builds everything it needs; what .ci/run runs)"
@@ -90,9 +93,10 @@ $(CODEX): | vendor-npm
 	chmod 755 $@.tmp && mv $@.tmp $@
 	test "$$($@ --version)" = "codex-cli $(CODEX_VERSION)"
 
-test: disk-check venv tiny-model claude-code codex $(TEST_DEPS)
-	VERI_TINY_MODEL=$(TINY_MODEL) VERI_CLAUDE_BIN=$(CLAUDE) VERI_CODEX_BIN=$(CODEX) $(BIN)/pytest -q -rs --durations=25
-	@$(MAKE) --no-print-directory test-compose-v2
+test: disk-check venv tiny-model claude-code codex docker $(TEST_DEPS)
+	@BIN=$(BIN) VERI_TINY_MODEL=$(TINY_MODEL) VERI_CLAUDE_BIN=$(CLAUDE) VERI_CODEX_BIN=$(CODEX) scripts/test/run.sh
+
+test-prepared: $(TEST_PREPARED)
 
 # The tiers (tests/tiers.py marks each test at collection): unit, service and process need only the venv
 # and the tiny model; sandbox, stack, vllm, kubernetes and browser need what make test installs first.

@@ -1,7 +1,7 @@
 # The web console (services/veri/console): its browser tests need Debian's chromium + chromium-driver.
 #   make chromium        install them when missing (scripts/console/chromium.sh; make test needs them)
 #   make bench-console   the console's server times over a 100k-rollout index (figures: docs/benchmarks.md)
-TEST_DEPS += chromium
+TEST_PREPARED += chromium
 
 .PHONY: chromium bench-console
 

@@ -70,4 +70,4 @@ images-clean:
 
 # The sandbox tests (tests/sandbox) need dockerd + runsc and the images; verified from scratch
 # (no packages, no vendor/, no images): docker ~12 s, vendor ~2 min, images ~4 min on 2 cores.
-TEST_DEPS += images
+TEST_PREPARED += images

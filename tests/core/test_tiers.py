@@ -53,3 +53,11 @@ def test_a_server_started_by_any_way_of_calling_start_server_is_a_process():
 def test_an_app_in_process_is_not():
     assert not _reaches_a_process(in_process)
     assert tiers.SERVICE.search(inspect.getsource(in_process))
+
+
+def test_a_check_of_the_vendored_vllm_wheels_waits_for_them():
+    """make test vendors the vLLM CPU wheels while the first pass runs: their check is in the second."""
+    from tests.appliance.test_gpu_pins import test_each_record_is_its_vendored_wheels_metadata as check
+
+    assert tiers.ITEM_VLLM.search(inspect.getsource(check))
+    assert not tiers.ITEM_VLLM.search(inspect.getsource(test_an_app_in_process_is_not))

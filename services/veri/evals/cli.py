@@ -101,12 +101,12 @@ def _run_one(args: argparse.Namespace, *, model: Path | None, job: str | None, s
              name: str | None) -> dict[str, Any]:
     from veri.core.validation import load_config
     from veri.evals.checkpoints import resolve_checkpoint
+    from veri.evals.checks import EVAL_CHECKS
     from veri.evals.errors import EvalError
     from veri.evals.run import EvalOptions, run_eval
-    from veri.trainer.checks import TRAINER_CHECKS
-    from veri.trainer.job import TrainOptions
+    from veri.trainer.options import TrainOptions
 
-    config = load_config(args.config, base_dir=args.base_dir, trainer_checks=TRAINER_CHECKS)
+    config = load_config(args.config, base_dir=args.base_dir, trainer_checks=EVAL_CHECKS)
     checkpoint = resolve_checkpoint(config, model=model, job=job, step=step, jobs_root=args.output)
     name = name or f"{checkpoint.job or args.config.stem}.eval-{checkpoint.label}-{time.strftime('%Y%m%d-%H%M%S')}"
     train = TrainOptions(proxy_url=args.proxy_url, policy_urls=[u for u in args.policy_url.split(",") if u],

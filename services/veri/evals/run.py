@@ -29,7 +29,7 @@ from veri.rollouts.collect import CollectedRollout, GroupCollector
 from veri.rollouts.stack import check_reachable, launch_settings, rollout_runner
 from veri.trainer.archive import ArchiveLayout, JobArchive, step_metrics
 from veri.trainer.archive.layout import atomic_write
-from veri.trainer.job import TrainOptions
+from veri.trainer.options import TrainOptions
 
 Tasks = list[tuple[int, dict[str, Any]]]  # (task index, dataset row)
 EVAL_STEP = 0  # every rollout of an eval is filed under step 0 (eval.json says which weights)

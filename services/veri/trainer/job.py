@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from veri.trainer.grpo.rollout_func import HarnessRollouts
 from veri.trainer.grpo.rows import MaskedRow
 from veri.trainer.grpo.setup import build_trainer, grpo_config_kwargs, seat_weight_sync
 from veri.trainer.metrics import TrainerMetrics, observed, serve_trainer_metrics
+from veri.trainer.options import TrainOptions
 from veri.trainer.periodic_eval import PeriodicEval
 from veri.trainer.rollouts.producer import GroupSchedule
 from veri.trainer.rollouts.tasks import trl_dataset
@@ -41,23 +41,6 @@ from veri.trainer.weights.policy_admin import PolicyAdmin
 from veri.trainer.weights.sync import HfWeightSync, PolicyVersions, PushedAfterEachStep, announce_version
 from veri.trainer.weights.vllm_admin import VllmAdmin
 from veri.trainer.weights.vllm_sync import FilesystemSync, PausedSync, TimedSync, release_held
-
-
-@dataclass(frozen=True)
-class TrainOptions:
-    proxy_url: str  # the capture proxy's control routes, as the trainer reaches them
-    policy_urls: list[str]  # hf: the one server (its /update_weights); vllm: every server of the plan
-    output_root: Path
-    job_name: str
-    sandbox: str = "local"  # local | docker (in this process) | launcher (the launcher service)
-    image: str | None = None  # docker, launcher: the harness bundle's image
-    launcher_url: str | None = None  # launcher: the service's URL (it writes outputs where this process reads)
-    control_token: str | None = None
-    resume: bool = False
-    # vLLM sync (filesystem and nccl): a server that has not loaded the weights by then fails the step.
-    weight_sync_timeout_s: float = 600.0
-    metrics_port: int | None = None  # `GET /metrics` for Prometheus while the job runs (None: off)
-    metrics_host: str = "127.0.0.1"
 
 
 def run_job(config: JobConfig, options: TrainOptions) -> Path:

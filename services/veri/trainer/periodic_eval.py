@@ -25,7 +25,7 @@ from veri.trainer.archive.layout import atomic_write
 from veri.trainer.ui.progress import StepProgress
 
 if TYPE_CHECKING:
-    from veri.trainer.job import TrainOptions
+    from veri.trainer.options import TrainOptions
 
 EVAL_PREFIX = "eval/"
 
