@@ -13,14 +13,15 @@
 # every failure. Env from the Makefile: BIN, VERI_TINY_MODEL, VERI_CLAUDE_BIN, VERI_CODEX_BIN.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-say() { echo "make test: $*"; }
+say() { printf 'make test: [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }  # time since make test's passes began
 LOG=build/test-prepared.log
 IN_PROCESS="unit or service or process"
 
 mkdir -p build
-nice -n 10 make --no-print-directory test-prepared >"$LOG" 2>&1 &
+{ nice -n 10 make --no-print-directory test-prepared; rc=$?
+  echo "test-prepared: ended ${SECONDS}s after make test's passes began, exit $rc"; exit $rc; } >"$LOG" 2>&1 &
 prepared=$!
-trap 'kill $prepared 2>/dev/null' EXIT
+trap 'pkill -P $prepared 2>/dev/null; kill $prepared 2>/dev/null' EXIT  # make, then its subshell
 say "images, Chromium and the registry in the background ($LOG); first the tiers that need none of them"
 
 status=0
@@ -33,8 +34,11 @@ if ! wait $prepared; then
   exit 1
 fi
 trap - EXIT
+say "$(tail -1 "$LOG")"
 say "then the docker, stack, vLLM, Kubernetes and browser tiers"
 "$BIN/pytest" -q -rs --durations=25 -m "not ($IN_PROCESS)" || status=1
 
+say "then the Compose v2 smoke pass"
 make --no-print-directory test-compose-v2 || status=1
+say "done ($([ $status = 0 ] && echo passed || echo failed))"
 exit $status

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tests.trainer.records import failed, scored
+from veri.core.rollouts import RewardOutcome
 from veri.evals.errors import EvalError
+from veri.evals.report import eval_text
 from veri.evals.run import held_out
 from veri.evals.summary import compare, summarize
 from veri.trainer.archive import JobArchive
@@ -25,6 +27,25 @@ def test_summary_per_function_and_task_leaves_rejected_rollouts_out():
         (0, 3, 3, 2), (1, 2, 1, 0)]
     lenient = summarize(records, ["reward"], k=2, pass_threshold=0.5)
     assert lenient["pass_at_1"]["reward"] == pytest.approx((2 / 3 + 1) / 2)
+
+
+def test_a_function_named_reward_keeps_its_own_figures_next_to_the_total():
+    # The CPU demo's exact-URL function has the default name `reward` and weight 1, closeness weight 0.5:
+    # the exact-URL rate must not be hidden behind the weighted total.
+    exact = RewardOutcome(reward=1.5, per_function={"reward": 1.0, "closeness": 1.0})
+    near = RewardOutcome(reward=0.4, per_function={"reward": 0.0, "closeness": 0.8})
+    records = [scored(0, 0, 0.0).model_copy(update={"reward": exact}),
+               scored(0, 1, 0.0).model_copy(update={"reward": near})]
+    summary = summarize(records, ["reward", "closeness"], k=1, pass_threshold=1.0)
+    assert summary["functions"] == ["reward", "reward_fn/reward", "reward_fn/closeness"]
+    assert summary["reward_mean"]["reward"] == pytest.approx(0.95)
+    assert summary["reward_mean"]["reward_fn/reward"] == pytest.approx(0.5)
+    assert summary["reward_mean"]["reward_fn/closeness"] == pytest.approx(0.9)
+    assert summary["tasks"][0]["passed"] == {"reward": 1, "reward_fn/reward": 1, "reward_fn/closeness": 1}
+    table = eval_text(summary | {"name": "e", "checkpoint": "final", "weights": "w", "samples_per_task": 2,
+                                 "temperature": 0.8, "archive": "a"})
+    assert [line.split()[:2] for line in table.splitlines()[2:5]] == [["total", "0.950"], ["reward", "0.500"],
+                                                                     ["closeness", "0.900"]]
 
 
 def test_compare_pairs_the_shared_tasks():

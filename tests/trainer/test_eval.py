@@ -44,7 +44,8 @@ def test_eval_scores_a_checkpoint_through_the_stack_and_archives_it(stack, tiny_
     # The scripted policy calls the tool, then answers "alpha" (even rollouts) or "beta beta" (odd); the
     # reward wants "beta". Task 1's second rollout crashes: rejected, left out of the figures.
     assert summary["checkpoint"] == "step-1" and summary["job"] == "trained" and summary["samples_per_task"] == 2
-    assert summary["functions"] == ["reward"] and summary["rollouts"] == 4 and summary["scored"] == 3
+    assert summary["functions"] == ["reward", "reward_fn/reward"]  # the total, and the function named `reward`
+    assert summary["rollouts"] == 4 and summary["scored"] == 3
     assert summary["rejected"] == {"harness_failed": 1}
     assert summary["reward_mean"]["reward"] == pytest.approx(1 / 3)
     low, high = summary["reward_ci"]["reward"]

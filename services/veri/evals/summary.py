@@ -2,7 +2,9 @@
 interval, pass@1 and pass@k, and a per-task table; what `--json` prints and eval.json keeps.
 
 A sample *passes* a function when its value is at least `pass_threshold` (default 1.0: an exact-match
-reward's 1). "reward" is the job's weighted total, as the trainer sums it. A rollout a rule rejected
+reward's 1). The figures are keyed like the training metrics: "reward" is the job's weighted total, as
+the trainer sums it, and "reward_fn/<name>" each function's own value (so a function named `reward`,
+the default name, is not hidden behind the total). A rollout a rule rejected
 (the harness failed, no spans, ...) has no reward: it is left out of every figure and counted in
 `rejected`, by the first rule that rejected it.
 """
@@ -18,10 +20,16 @@ from veri.core.rollouts import RolloutRecord
 from veri.evals.stats import bootstrap_ci, mean_pass_at_k, paired_test
 
 TOTAL = "reward"  # the weighted sum of the job's functions
+FUNCTION_PREFIX = "reward_fn/"  # one function's value, as in the training metrics' reward_fn/<name>/mean
+
+
+def label(key: str) -> str:
+    """How the terminal tables name a figure: "total", or the function's own name."""
+    return "total" if key == TOTAL else key.removeprefix(FUNCTION_PREFIX)
 
 
 def summarize(records: list[RolloutRecord], functions: list[str], *, k: int, pass_threshold: float) -> dict[str, Any]:
-    names = [TOTAL, *(name for name in functions if name != TOTAL)]
+    names = [TOTAL, *(FUNCTION_PREFIX + name for name in functions)]
     by_task: dict[int, list[RolloutRecord]] = {}
     for record in sorted(records, key=lambda r: (r.task_index, r.rollout_index)):
         by_task.setdefault(record.task_index, []).append(record)
@@ -79,4 +87,4 @@ def _rejected_by(record: RolloutRecord) -> str:
 def _value(record: RolloutRecord, name: str) -> float | None:
     if record.reward is None or record.reward.reward is None:
         return None
-    return record.reward.reward if name == TOTAL else record.reward.per_function.get(name)
+    return record.reward.reward if name == TOTAL else record.reward.per_function.get(name.removeprefix(FUNCTION_PREFIX))
