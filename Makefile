@@ -11,10 +11,11 @@ CODEX_VERSION := 0.169.0
 # The Codex CLI's native (static musl) binary from its vendored npm tarball, as its image runs it.
 CODEX := build/codex/$(CODEX_VERSION)/codex
 # What included makefiles add to `make test`: TEST_DEPS before any test (lint, the background Kubernetes
-# build); TEST_PREPARED, what only the docker and browser tiers need (images, Chromium), made in the
-# background while the in-process and process tiers run (scripts/test/run.sh).
+# build); TEST_PREPARED, what only the docker and browser tiers need (images, Chromium, the Claude Code
+# and Codex CLIs: the tests that run them are sandbox tier), made in the background while the in-process
+# and process tiers run (scripts/test/run.sh).
 TEST_DEPS :=
-TEST_PREPARED :=
+TEST_PREPARED := claude-code codex
 -include mk/*.mk
 
 .PHONY: help disk-check venv tiny-model claude-code codex test test-prepared test-fast bench-proxy bench-train bench-async
@@ -93,7 +94,7 @@ $(CODEX): | vendor-npm
 	chmod 755 $@.tmp && mv $@.tmp $@
 	test "$$($@ --version)" = "codex-cli $(CODEX_VERSION)"
 
-test: disk-check venv tiny-model claude-code codex docker $(TEST_DEPS)
+test: disk-check venv tiny-model docker $(TEST_DEPS)
 	@BIN=$(BIN) VERI_TINY_MODEL=$(TINY_MODEL) VERI_CLAUDE_BIN=$(CLAUDE) VERI_CODEX_BIN=$(CODEX) scripts/test/run.sh
 
 test-prepared: $(TEST_PREPARED)

@@ -2,10 +2,10 @@
 # `make test` (what CI runs), in passes that overlap the set-up with the tests (docs/development.md,
 # "Where CI's minutes go"):
 #   1. `make test-prepared` starts in the background: what only the docker and browser tiers need (the
-#      images, veri/vllm-cpu, Chromium, the registry), mostly downloads and image layers, log in
-#      build/test-prepared.log, at nice 10 so the tests come first (the Kubernetes build, started by
-#      make, is niced too). Meanwhile pytest runs the tiers that need only the venv and the tiny model
-#      (unit, service, process: tests/tiers.py).
+#      images, veri/vllm-cpu, Chromium, the registry, the Claude Code and Codex CLIs), mostly downloads
+#      and image layers, log in build/test-prepared.log, at nice 10 so the tests come first (the
+#      Kubernetes build, started by make, is niced too). Meanwhile pytest runs the tiers that need only
+#      the venv and the tiny model (unit, service, process: tests/tiers.py).
 #   2. Once that is ready (a failure there stops the run with its log's tail), pytest runs the rest:
 #      sandbox, stack, vllm, kubernetes, browser.
 #   3. The compose_smoke stack tests again under Compose v2 (make test-compose-v2).
