@@ -22,7 +22,7 @@ mkdir -p build
   echo "test-prepared: ended ${SECONDS}s after make test's passes began, exit $rc"; exit $rc; } >"$LOG" 2>&1 &
 prepared=$!
 trap 'pkill -P $prepared 2>/dev/null; kill $prepared 2>/dev/null' EXIT  # make, then its subshell
-say "images, Chromium and the registry in the background ($LOG); first the tiers that need none of them"
+say "images, Chromium, the registry and the CLIs in the background ($LOG); first the tiers that need none of them"
 
 status=0
 "$BIN/pytest" -q -rs --durations=25 -m "$IN_PROCESS" || status=1
