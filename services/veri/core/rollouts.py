@@ -14,6 +14,8 @@ from veri.core.episodes import Effect, Episode, RolloutStatus, Verdict
 from veri.core.records import Span
 from veri.core.token_account import TokenAccount, sampled_tokens, token_account
 
+REWARD_FN_PREFIX = "reward_fn/"  # a function's own figures in the step metrics and eval.json ("reward" is the total)
+
 
 class RewardOutcome(BaseModel):
     """The reward of one rollout. `reward` is None when any function failed (reward_error): masked."""

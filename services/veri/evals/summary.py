@@ -16,20 +16,19 @@ from collections import Counter
 from typing import Any
 
 from veri.core.episodes import Effect
-from veri.core.rollouts import RolloutRecord
+from veri.core.rollouts import REWARD_FN_PREFIX, RolloutRecord
 from veri.evals.stats import bootstrap_ci, mean_pass_at_k, paired_test
 
 TOTAL = "reward"  # the weighted sum of the job's functions
-FUNCTION_PREFIX = "reward_fn/"  # one function's value, as in the training metrics' reward_fn/<name>/mean
 
 
 def label(key: str) -> str:
     """How the terminal tables name a figure: "total", or the function's own name."""
-    return "total" if key == TOTAL else key.removeprefix(FUNCTION_PREFIX)
+    return "total" if key == TOTAL else key.removeprefix(REWARD_FN_PREFIX)
 
 
 def summarize(records: list[RolloutRecord], functions: list[str], *, k: int, pass_threshold: float) -> dict[str, Any]:
-    names = [TOTAL, *(FUNCTION_PREFIX + name for name in functions)]
+    names = [TOTAL, *(REWARD_FN_PREFIX + name for name in functions)]
     by_task: dict[int, list[RolloutRecord]] = {}
     for record in sorted(records, key=lambda r: (r.task_index, r.rollout_index)):
         by_task.setdefault(record.task_index, []).append(record)
@@ -87,4 +86,6 @@ def _rejected_by(record: RolloutRecord) -> str:
 def _value(record: RolloutRecord, name: str) -> float | None:
     if record.reward is None or record.reward.reward is None:
         return None
-    return record.reward.reward if name == TOTAL else record.reward.per_function.get(name.removeprefix(FUNCTION_PREFIX))
+    if name == TOTAL:
+        return record.reward.reward
+    return record.reward.per_function.get(name.removeprefix(REWARD_FN_PREFIX))

@@ -48,7 +48,7 @@ from typing import Any
 
 from veri.core.episodes import RolloutStatus, Rule
 from veri.core.records import ToolCallFailure
-from veri.core.rollouts import RolloutRecord
+from veri.core.rollouts import REWARD_FN_PREFIX, RolloutRecord
 
 Metrics = dict[str, float | int]
 
@@ -73,7 +73,7 @@ def step_metrics(records: list[RolloutRecord], timings: dict[str, float]) -> Met
             values = per_function.setdefault(name, [])
             if value is not None and math.isfinite(value):
                 values.append(value)
-    metrics |= {f"reward_fn/{name}/mean": statistics.fmean(v) for name, v in per_function.items() if v}
+    metrics |= {f"{REWARD_FN_PREFIX}{name}/mean": statistics.fmean(v) for name, v in per_function.items() if v}
 
     metrics |= {f"status/{status.value}": sum(r.status == status for r in records) for status in RolloutStatus}
     fired = [{verdict.rule for verdict in record.verdicts} for record in records]
