@@ -115,7 +115,7 @@ def test_the_jobs_model_folder_and_plan(smi, tmp_path: Path):
     smi(nvidia_smi.gpus(1, 24))
     small = facts_by_name(diagnose(job, container_probe=False))
     assert small["model"].status == Status.FAIL and "safetensors" in small["model"].found  # config.json only
-    assert small["plan"].status == Status.FAIL and "the trainer needs ~73" in small["plan"].found
+    assert small["plan"].status == Status.FAIL and "the trainer needs ~74" in small["plan"].found
     assert small["images"].status == Status.FAIL and "make images-gpu" in small["images"].fix
     smi(nvidia_smi.gpus(2, 80))
     big = facts_by_name(diagnose(job, container_probe=False))

@@ -45,6 +45,7 @@ def test_the_cpu_twin_job_gets_two_vllm_servers_and_the_plan(tmp_path):
                                                "policy-1": {"condition": "service_healthy"}}
     plan = GpuLayout.from_json(services["trainer"]["environment"]["VERI_GPU_PLAN"])
     assert services["trainer"]["image"] == "veri/trainer-cpu"
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in services["trainer"]["environment"]  # no CUDA allocator on CPU
     assert plan == GpuLayout.from_json(values["VERI_GPU_PLAN"]) and plan.data_parallel_size == 2
 
 
@@ -85,6 +86,9 @@ def test_four_gpus_one_server_with_vllm_dp_and_devices_per_container(tiny_model,
     devices = policy["deploy"]["resources"]["reservations"]["devices"][0]
     assert devices["device_ids"] == ["1", "2", "3"] and devices["capabilities"] == ["gpu"]
     assert trainer["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["0"]
+    # the GPU trainer's allocator grows segments (measured on an H200: docs/gpu.md); vLLM's sleep mode refuses them
+    assert trainer["environment"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in policy.get("environment", {})
     command = policy["command"]
     assert command[command.index("--data-parallel-size") + 1] == "3"
     assert command[command.index("--weight-transfer-config") + 1] == '{"backend": "nccl"}'  # TRL's NCCL sync

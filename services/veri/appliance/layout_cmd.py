@@ -105,7 +105,8 @@ def _print(args: argparse.Namespace) -> int:
             raise layout.LayoutError(*bad)
         plan = plan_from_args(args)
     except layout.LayoutError as error:
-        print(f"veri layout: {error.message}; fix: {error.fix}", file=sys.stderr)
+        for each in error.each():
+            print(f"veri layout: {each.message}; fix: {each.fix}", file=sys.stderr)
         return 2
     print(plan.to_json() if args.json else plan.describe())
     return 0

@@ -147,10 +147,19 @@ def _policy_service(
     return service
 
 
+# The trainer's CUDA allocator grows segments instead of caching fixed blocks: measured on an H200
+# (bench/device_check.py), a full fine-tune's step otherwise reserves up to 1.3x what it allocates, and
+# a sleeping vLLM's GPU gets back only what empty_cache can release. Not for vLLM: its sleep mode's
+# memory pool refuses expandable segments.
+TRAINER_CUDA_ALLOC_CONF = "expandable_segments:True"
+
+
 def _trainer_service(plan: GpuLayout, image: str) -> dict[str, Any]:
-    service: dict[str, Any] = {"image": image, "environment": {envs.VERI_GPU_PLAN: plan.to_json()}}
+    environment = {envs.VERI_GPU_PLAN: plan.to_json()}
+    service: dict[str, Any] = {"image": image, "environment": environment}
     if plan.trainer_gpu is not None:
         service["deploy"] = _gpus(plan.trainer_cuda_visible_devices)
+        environment[envs.PYTORCH_CUDA_ALLOC_CONF] = TRAINER_CUDA_ALLOC_CONF
     return service
 
 

@@ -288,7 +288,7 @@ def _layout(config: JobConfig, context: CheckContext) -> list[Problem]:
     try:
         plan = config.gpu_layout(gpus)
     except layout.LayoutError as error:
-        return [_layout_problem(config, error)]
+        return [_layout_problem(config, each) for each in error.each()]
     context.notes.append("GPU layout: " + plan.describe())
     return []
 

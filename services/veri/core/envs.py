@@ -30,6 +30,7 @@ PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 # --- read from the machine (GPU layout probe) ------------------------------------------------
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"  # the GPUs this job may use
+PYTORCH_CUDA_ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"  # the GPU trainer's allocator (appliance.policy_compose)
 SLURM_JOB_NUM_NODES = "SLURM_JOB_NUM_NODES"  # set inside a SLURM allocation: more than 1 = multi-node
 
 # --- the compose stack (compose.yaml, make up) ------------------------------------------------

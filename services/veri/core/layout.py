@@ -71,13 +71,19 @@ class WeightSync(StrEnum):
 
 
 class LayoutError(ValueError):
-    """The job cannot be laid out: what is wrong, what to change, and the job knob at fault (if one is)."""
+    """The job cannot be laid out: what is wrong, what to change, and the job knob at fault (if one is).
+    `also`: the other problems found with it (the planner names every one at once)."""
 
-    def __init__(self, message: str, fix: str, knob: str | None = None):
+    def __init__(self, message: str, fix: str, knob: str | None = None, also: tuple[LayoutError, ...] = ()):
         self.message = message
         self.fix = fix
         self.knob = knob
-        super().__init__(f"{message}: {fix}")
+        self.also = also
+        super().__init__("; and ".join([f"{message}: {fix}", *(str(other) for other in also)]))
+
+    def each(self) -> list[LayoutError]:
+        """This problem and every other one found with it."""
+        return [LayoutError(self.message, self.fix, self.knob), *self.also] if self.also else [self]
 
 
 # --- inputs ----------------------------------------------------------------------------------------
@@ -353,8 +359,9 @@ def _check_memory(plan: GpuLayout, gpus: GpuInventory, facts: ModelFacts, traini
     where = memory.Placement(gpus.memory_gib, plan.tensor_parallel_size, utilization, plan.shared,
                              plan.sleep_mode, larger)
     verdict = memory.fit(facts.parameters, facts.weight_gib, facts.shape, training, where)
-    if verdict.refusal is not None:
-        raise LayoutError(*verdict.refusal)
+    if verdict.refusals:
+        first, *others = verdict.refusals
+        raise LayoutError(*first, also=tuple(LayoutError(*other) for other in others))
     return dataclasses.replace(plan, notes=(*plan.notes, *verdict.notes))
 
 

@@ -4,17 +4,17 @@ Rough on purpose (a few GiB either way): enough to refuse, before anything start
 fit, and to name the knob that makes it fit. Pure: numbers in, numbers and sentences out (veri.core.layout
 calls `fit`; the model's shape comes from its config.json, the job's knobs from `TrainingSetup`).
 
-The trainer (TRL 1.16's GRPOTrainer on GPU 0):
+The trainer (TRL 1.16's GRPOTrainer on GPU 0), checked against one real step on an H200 for Qwen3
+0.6B-8B, full and LoRA, 4k and 8k completions (bench/device_check.py; the figures in docs/gpu.md):
     weights       parameters x bytes: TRL loads the model in float32 unless `grpo: {model_init_kwargs:
                   {dtype: bfloat16}}` says otherwise
-    gradients     as the weights (full fine-tune), freed after each optimizer step
     AdamW         two states per trained parameter, in the parameter's dtype
     reference     a frozen copy when kl_coef > 0 (full fine-tune; LoRA disables its adapter instead)
     LoRA          `lora_rank` adapters on every linear layer (float32: peft upcasts them) + grads + AdamW
     activations   per micro-batch (grpo.per_device_train_batch_size rows of the prompt + completion):
-                  each layer's inputs with gradient checkpointing (TRL's default) plus one layer
-                  recomputed, every layer's saved tensors without it; TRL's fused LM head never holds
-                  the full logits
+                  `activation_bytes`
+    gradients     as the weights (full fine-tune); they grow while the activations are freed, so the
+                  step's peak holds the larger of the two
 The policy (vLLM, per GPU of a replica): its weights / TP, CUDA graphs and profiled activations, and
 the KV cache in what is left of `gpu_memory_utilization` x the GPU, which must hold one sequence of
 max_model_len tokens (vLLM refuses to start otherwise).
@@ -29,7 +29,13 @@ from typing import Any, NamedTuple, cast
 
 GIB = 2**30
 PROMPT_TOKENS = 1024  # a training row's first prompt (max_response_length holds all later turns)
-TRAINER_OVERHEAD_GIB = 1.5  # CUDA context, cuBLAS workspace, allocator fragmentation
+TRAINER_OVERHEAD_GIB = 1.5  # CUDA context (0.75 GiB on an H200), cuBLAS workspace, autocast's copies
+# A recomputed block's saved tensors and their gradients, in blocks: the slope of the measured peak over
+# the tokens of a micro-batch is the layer inputs + 2.0-2.2 blocks for Qwen3 0.6B-8B (bench/device_check.py)
+BLOCK_BACKWARD_FACTOR = 2.25
+# What the CUDA allocator reserves beyond what it allocates, with expandable segments (the GPU trainer's
+# setting): 1.02-1.06x measured for Qwen3 0.6B-8B
+ALLOCATOR_SLACK = 0.05
 POLICY_OVERHEAD_GIB = 2.0  # per policy GPU: CUDA context and graphs, profiled activations, NCCL buffers
 SLEEPING_POLICY_GIB = 1.0  # what a sleeping vLLM keeps on the GPU (context, graphs)
 TRL_BATCH_SIZE = 8  # TrainingArguments' per_device_train_batch_size
@@ -110,27 +116,46 @@ class TrainerEstimate:
 
 
 def trainer_estimate(parameters: int, shape: ModelShape, setup: TrainingSetup) -> TrainerEstimate:
-    """The trainer's peak on its GPU during a step (forward, backward, optimizer)."""
+    """The trainer's peak on its GPU during a step (forward, backward, optimizer).
+
+    Measured on an H200 (bench/device_check.py, docs/gpu.md): the peak is reached as the backward pass
+    starts, with the weights, AdamW's states and every activation held; the gradients grow as the
+    activations are freed, so a full fine-tune's step holds the larger of the two, not both."""
     weights = parameters * setup.weight_bytes / GIB
     if setup.lora_rank is None:
-        trained = {"gradients": weights, "AdamW": 2 * weights,
-                   "reference": weights if setup.reference_model else 0.0}
+        trained = {"AdamW": 2 * weights, "reference": weights if setup.reference_model else 0.0}
+        gradients = weights
         what = "weights"
     else:
         adapter = shape.lora_parameters(setup.lora_rank) * 4 / GIB  # float32 adapters
         trained = {"LoRA + grads + AdamW": 4 * adapter}
+        gradients = 0.0
         what = "frozen weights"
-    tokens = setup.batch_size * setup.sequence_length
-    block = shape.activation_elements() * tokens * setup.activation_bytes
-    if setup.gradient_checkpointing:
-        saved = shape.layers * shape.hidden * tokens * setup.activation_bytes + block
-    else:
-        saved = shape.layers * block
-    parts = ((what, weights), *trained.items(), ("activations", saved / GIB), ("CUDA overhead", TRAINER_OVERHEAD_GIB))
-    persistent = weights + sum(gib for name, gib in trained.items() if name != "gradients")
+    activations = activation_bytes(shape, setup) / GIB
+    peak = ("activations", activations) if activations >= gradients else ("gradients", gradients)
+    held = weights + sum(trained.values()) + peak[1]
+    parts = ((what, weights), *trained.items(), peak, ("allocator", ALLOCATOR_SLACK * held),
+             ("CUDA overhead", TRAINER_OVERHEAD_GIB))
+    persistent = weights + sum(trained.values())
     if setup.lora_rank is not None:
         persistent -= trained["LoRA + grads + AdamW"] / 4  # the adapters' grads go after each step
     return TrainerEstimate(parts, persistent + TRAINER_OVERHEAD_GIB)
+
+
+def activation_bytes(shape: ModelShape, setup: TrainingSetup) -> float:
+    """What one micro-batch's forward keeps for the backward, at its peak.
+
+    With gradient checkpointing (TRL's default): each layer's input, in the residual stream's dtype
+    (the weights' under autocast: float32 weights keep a float32 stream), plus the block being
+    recomputed with its gradients, BLOCK_BACKWARD_FACTOR of one block's tensors. Without it, every
+    block's tensors. TRL scores the completion in chunks, so the logits never add a full
+    tokens x vocab tensor."""
+    tokens = setup.batch_size * setup.sequence_length
+    block = shape.activation_elements() * tokens * setup.activation_bytes
+    if not setup.gradient_checkpointing:
+        return shape.layers * block + (BLOCK_BACKWARD_FACTOR - 1) * block
+    residual = max(setup.weight_bytes, setup.activation_bytes)
+    return shape.layers * shape.hidden * tokens * residual + BLOCK_BACKWARD_FACTOR * block
 
 
 class PolicyEstimate(NamedTuple):
@@ -173,7 +198,11 @@ class Refusal(NamedTuple):
 @dataclass(frozen=True)
 class Verdict:
     notes: tuple[str, ...]
-    refusal: Refusal | None = None
+    refusals: tuple[Refusal, ...] = ()  # every part that cannot fit (the policy's, the trainer's), each with its fix
+
+    @property
+    def refusal(self) -> Refusal | None:
+        return self.refusals[0] if self.refusals else None
 
 
 @dataclass(frozen=True)
@@ -190,21 +219,22 @@ class Placement:
 
 def fit(parameters: int, weight_gib: float, shape: ModelShape | None, setup: TrainingSetup | None,
         where: Placement) -> Verdict:
-    """The estimates as notes; a refusal naming the fix when the trainer or the policy cannot fit.
-    `setup` None: the policy only (nothing known about the training)."""
+    """The estimates as notes; a refusal naming the fix for each of the policy and the trainer that cannot
+    fit (both at once, so one run of `veri validate` names every change). `setup` None: the policy only
+    (nothing known about the training)."""
     policy = policy_estimate(weight_gib, shape, tp=where.tp, memory_gib=where.memory_gib,
                              utilization=where.utilization, max_model_len=setup.max_model_len if setup else None)
     notes = [f"policy memory: {policy.text(where.tp, where.utilization, where.memory_gib)}"]
-    refusal = None if policy.fits else _policy_refusal(policy, weight_gib, shape, where)
+    refusals = [] if policy.fits else [_policy_refusal(policy, weight_gib, shape, where)]
     if setup is None or shape is None:
         notes.append("trainer memory: not estimated (needs the model's config.json and the job's knobs)")
-        return Verdict(tuple(notes), refusal)
+        return Verdict(tuple(notes), tuple(refusals))
     trainer = trainer_estimate(parameters, shape, setup)
     budget = _trainer_budget(where)
     notes.append(f"trainer memory on GPU 0: {trainer.text()}, of {budget:.1f} GiB" + _budget_why(where))
-    if refusal is None and not _trainer_fits(trainer, where):
-        refusal = _trainer_refusal(trainer, parameters, weight_gib, shape, setup, where)
-    return Verdict(tuple(notes), refusal)
+    if not _trainer_fits(trainer, where):
+        refusals.append(_trainer_refusal(trainer, parameters, weight_gib, shape, setup, where))
+    return Verdict(tuple(notes), tuple(refusals))
 
 
 def _trainer_budget(where: Placement) -> float:

@@ -112,7 +112,9 @@ def plan_fact(config: JobConfig | None, inventory: GpuInventory | None) -> Fact 
     try:
         plan = config.gpu_layout(inventory)
     except LayoutError as error:
-        return Fact("plan", Status.FAIL, error.message, error.fix)
+        found = error.each()
+        return Fact("plan", Status.FAIL, "; and ".join(each.message for each in found),
+                    "; and ".join(each.fix for each in found))
     summary = plan.describe().splitlines()[0]
     memory = [note.split(": ", 1)[1].split(" (")[0] for note in plan.notes if note.startswith("trainer memory")]
     return Fact("plan", Status.PASS, summary + (f"; trainer ~{memory[0].split('~')[-1]}" if memory else ""))

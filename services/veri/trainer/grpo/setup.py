@@ -91,11 +91,13 @@ def build_trainer(
     rollout_func: Callable[[list[Any], Any], dict[str, list[Any]]],
     reward_funcs: list[Callable[..., Any]],
     callbacks: list[Any],
+    model: Any = None,
 ) -> Any:
+    """`model`: a model object already made (bench/device_check.py's random weights); None loads the job's folder."""
     from trl import GRPOConfig
 
     return veri_trainer_class()(
-        model=str(config.model),
+        model=str(config.model) if model is None else model,
         reward_funcs=reward_funcs,
         args=GRPOConfig(**args),
         train_dataset=dataset,
