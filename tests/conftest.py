@@ -43,3 +43,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     tiers.mark(items)  # unit, service, sandbox, stack, vllm, kubernetes, browser (tests/tiers.py)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A tier's tools are checked where its tests run, never at collection: `make test` collects every
+    tier while its background set-up is still installing them (tests/core/test_collection.py)."""
+    for tier, missing in tiers.NEEDS.items():
+        if item.get_closest_marker(tier) is not None and (why := missing()):
+            pytest.fail(why, pytrace=False)

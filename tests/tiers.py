@@ -156,6 +156,18 @@ def tiers_of(item: pytest.Item) -> set[str]:
     return found or {"unit"}
 
 
+def _missing_browser() -> str:
+    from tests.console.browser import missing_browser
+
+    return missing_browser()
+
+
+# What a tier's tests need that a later set-up installs (make chromium, ...): checked as each test runs
+# (tests/conftest.py), so that a machine without them still collects every tier. The sandbox tier checks
+# dockerd and runsc in its own fixture (tests/sandbox/conftest.py), the Kubernetes tier its cluster.
+NEEDS = {"browser": _missing_browser}
+
+
 def mark(items: list[pytest.Item]) -> None:
     for item in items:
         for tier in sorted(tiers_of(item)):

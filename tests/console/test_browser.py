@@ -15,14 +15,12 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.select import Select
 
 from tests.console.archive import TIMINGS, Tokens, record, rewritten_rollout, write_job
-from tests.console.browser import chromium, missing_browser, screenshot, wait_for
+from tests.console.browser import chromium, screenshot, wait_for
 from tests.servers import RunningServer, start_server
 from veri.harness.debug import explain, read_records
 from veri.trainer.archive import JobArchive, step_metrics
 
-pytestmark = [pytest.mark.timeout(300)]
-if missing_browser():  # make test installs them (make chromium); a bare pytest run says what to do
-    pytest.fail(missing_browser(), pytrace=False)
+pytestmark = [pytest.mark.timeout(300)]  # chromium's absence fails each test as it runs (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
