@@ -23,8 +23,17 @@ run depends on most and veri has otherwise only estimated:
 Runs go in order of value (the 4B job first), each result written as it lands, so a run cut short still
 answers the most; past --budget-s no new run starts. Output: device_check.json and device_check.md in --out.
 
-    python bench/device_check.py --out $OUT                       # on the GPU machine
     python bench/device_check.py --device cpu --shapes tiny --lengths 32 --out /tmp/dc   # tests: never rots
+
+On the GPU machine (Python 3.12, no network), with what it lacks carried as wheels (4.5 MB; the source tree
+5.5 MB and build/models/tiny's tokenizer 2.2 MB travel with them):
+
+    pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_17_x86_64 -d .whl trl==1.16.0 datasets==5.2.0 dill==0.4.1 \
+        multiprocess==0.70.19 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 \
+        typing-inspection==0.4.5                                  # here, once
+    pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 bench/device_check.py --out $OUT   # there
 """
 
 from __future__ import annotations
