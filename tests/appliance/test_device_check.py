@@ -1,5 +1,5 @@
-"""bench/device_check.py (issue 36): the GPU check runs the same code on CPU with the tiny model, so the
-script never rots; veri's nvidia-smi parsers read the output a real H200 printed (recorded by that check,
+"""bench/device_check.py (docs/gpu.md, "Measured on an H200"): the GPU check runs the same code on CPU with the tiny
+model, so the script never rots; veri's nvidia-smi parsers read the output a real H200 printed (recorded by that check,
 tests/appliance/fixtures), not only the stand-in's."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`veri doctor` (issue 21 item 1): the host's facts that decide a first run, read through a stand-in
+"""`veri doctor` (docs/gpu.md, "Before a first run"): the host's facts that decide a first run, read through a stand-in
 nvidia-smi on PATH (driver 550 / 580; 1, 2, 4, 8 GPUs; 24, 80, 141 GB), the real dockerd for the rest.
 The container probe runs against this box's dockerd, which has no NVIDIA runtime: it must fail, naming
 the toolkit."""

@@ -1,6 +1,6 @@
-"""bench/gpu_check.sh plans on every shape it claims (issue 21 item 3): its planning step (the jobs it
+"""bench/gpu_check.sh plans on every shape it claims (docs/gpu.md, "On a GPU box"): its planning step (the jobs it
 writes, through `veri stack-env`) with a stand-in nvidia-smi for 1, 2, 4 and 8 GPUs; and its summary
-table (item 7) from the rows its report appends."""
+table (the one a user pastes into a bug report) from the rows its report appends."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 23 item 4: the console is safe from other web pages (console/guard.py)."""
+"""The console is safe from other web pages (console/guard.py; docs/security.md)."""
 
 from __future__ import annotations
 

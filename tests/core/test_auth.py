@@ -1,4 +1,4 @@
-"""Issue 23 item 3: one auth rule for every service with control routes (core/auth.py)."""
+"""One auth rule for every service with control routes (core/auth.py; docs/security.md, "One auth rule")."""
 
 from __future__ import annotations
 

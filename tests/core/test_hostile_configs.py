@@ -1,6 +1,6 @@
-"""Hostile job configs and harness manifests (issue 10, item 3): each is refused with a message naming
-what is wrong and a fix, never a traceback (binary files, nesting past the parser, NaN and infinity,
-wrong shapes). The field-by-field checks: tests/core/test_config.py, tests/harness/test_manifest.py."""
+"""Hostile job configs and harness manifests (docs/architecture.md, "Reliability"): each is refused with a message
+naming what is wrong and a fix, never a traceback (binary files, nesting past the parser, NaN and infinity, wrong
+shapes). The field-by-field checks: tests/core/test_config.py, tests/harness/test_manifest.py."""
 
 from __future__ import annotations
 

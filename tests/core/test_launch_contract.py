@@ -1,4 +1,4 @@
-"""Issue 23 item 3: a launch request sets only the harness contract's variables, and a rollout id is one
+"""A launch request (docs/security.md) sets only the harness contract's variables, and a rollout id is one
 constrained type (core/ids.py) that the launcher and the proxy both take."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The planner knows memory (issue 21 item 2): the trainer's estimate on GPU 0 and the policy's per GPU,
-from the model's config.json (tests/core/models: Qwen3 4B, 8B and 32B shapes, no weights) and the job's
-knobs; a plan that cannot fit is refused with the knob that makes it fit. `veri validate` reads the GPUs
-through a stand-in nvidia-smi."""
+"""The planner knows memory (docs/gpu.md, "Memory: what fits"): the trainer's estimate on GPU 0 and the policy's per
+GPU, from the model's config.json (tests/core/models: Qwen3 4B, 8B and 32B shapes, no weights) and the job's knobs; a
+plan that cannot fit is refused with the knob that makes it fit. `veri validate` reads the GPUs through a stand-in
+nvidia-smi."""
 
 from __future__ import annotations
 
@@ -193,7 +193,7 @@ def test_veri_layout_estimates_with_the_trainers_flags(capsys: pytest.CaptureFix
 
 def test_every_memory_problem_is_named_at_once(capsys: pytest.CaptureFixture[str]):
     """The KV cache that cannot hold the model's 262,144 positions and the trainer that needs ~74 GiB of a
-    24 GB GPU, in one run (issue 36 item 3): a user fixing one problem per run would need three runs."""
+    24 GB GPU, in one run: a user fixing one problem per run would need three runs."""
     from veri.cli import main
 
     assert main(["layout", "--gpus", "2", "--gpu-memory-gb", "24", "--model", str(MODELS / "qwen3-4b")]) == 2

@@ -1,5 +1,5 @@
 """`veri debug` on records it cannot fully read: every span gets the verdict it deserves, every record
-that cannot be walked one line, and the walk goes on (issue 12 item 6)."""
+that cannot be walked one line, and the walk goes on (a broken record never hides the others)."""
 
 from __future__ import annotations
 

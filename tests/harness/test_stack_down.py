@@ -1,4 +1,4 @@
-"""Issue 23 item 7: `veri run-harness` with the stack down runs `make up`, which makes a new control
+"""`veri run-harness` with the stack down runs `make up`, which makes a new control
 token; the run must use that token, not the one read before (it was a 401 and a traceback)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""A failed span write never strands the client (issue 23 item 1). The proxy app runs under uvicorn in
-this event loop over a real span store and the vLLM stand-in; the store's span write fails once with
+"""A failed span write never strands the client (the span is written before the reply goes back). The proxy app runs
+under uvicorn in this event loop over a real span store and the vLLM stand-in; the store's span write fails once with
 SQLite's own error (inside the real `add_span`: its transaction rolled back, a 500), and the SDK's own
 retry (openai, anthropic: `max_retries`) must be answered at once — sampled afresh, since the failed
 try's completion reached no client — instead of waiting out the first try's in-flight note
@@ -264,7 +264,7 @@ class LoopGaps:
 @pytest.mark.parametrize("route", [CHAT_COMPLETIONS, MESSAGES], ids=["chat", "messages"])
 def test_a_store_locked_by_another_writer_is_a_prompt_503_and_the_retry_is_answered(route, reply_ids, tiny_model,
                                                                                   tmp_path):
-    """Issue 23 item 6: a write lock held elsewhere (another worker's long write, a tool with the file
+    """A write lock held elsewhere (another worker's long write, a tool with the file
     open) costs a call at most the store's busy timeout, refused with a retryable 503 in the route's
     own error shape, instead of blocking the worker's event loop (it waited 30 s)."""
     async def scenario() -> None:

@@ -1,4 +1,4 @@
-"""Hostile input to the rollout routes (issue 10, item 3), CI-sized: each case of
+"""Hostile input to the rollout routes (docs/reliability.md), CI-sized: each case of
 bench/reliability/scenarios/proxy_hostile.py against the real proxy and policy of tests/proxy/conftest.py.
 No 5xx, every refusal in its protocol's error shape naming what is wrong, nothing sampled for a
 closed session, and open sessions that never close do not grow the proxy's memory."""

@@ -1,4 +1,4 @@
-"""Load through the proxy (issue 10, item 5), CI-sized: bench/reliability/scenarios/proxy_load.py's
+"""Load through the proxy (docs/reliability.md), CI-sized: bench/reliability/scenarios/proxy_load.py's
 checks with 32 sessions x 5 chained calls (the scenario: 256 x 20 and a 30-minute soak) against a real
 proxy and hf policy on the tiny model. Every session's spans are fetched and counted."""
 

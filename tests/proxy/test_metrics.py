@@ -143,7 +143,7 @@ def test_metrics_need_the_control_token_and_count_a_policy_outage(tiny_model, tm
 
 
 def test_each_rollout_route_counts_and_refuses_as_its_declared_protocol(reply_ids, tiny_model, tmp_path):
-    """Issue 23 item 5: a route's protocol is declared once (rollout_routes.py); its metrics labels and its
+    """A route's protocol is declared once (rollout_routes.py); its metrics labels and its
     error shape come from that declaration (a Responses call was counted as protocol `none`)."""
     app = create_app(settings_for("http://127.0.0.1:9", tiny_model, tmp_path / "a"))
     served = {path for path in app.openapi()["paths"] if path.startswith("/r/")}

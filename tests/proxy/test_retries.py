@@ -1,4 +1,4 @@
-"""A client's retry does not fork a rollout (issue 12 item 5): the SDKs' own retries (openai and
+"""A client's retry does not fork a rollout (docs/branches.md): the SDKs' own retries (openai and
 anthropic `max_retries`, after their timeout or a 503) through the proxy, against the vLLM stand-in
 made slow or failing once. The retry is answered from the first try's span (no second sample, no
 second branch, no history_rewritten) and the span records it."""

@@ -1,4 +1,4 @@
-"""Weight syncs while 64 sessions are calling (issue 10, item 6): bench/reliability/scenarios/weight_sync.py's
+"""Weight syncs while 64 sessions are calling (docs/reliability.md): bench/reliability/scenarios/weight_sync.py's
 check, CI-sized in calls (the scenario: 64 sessions x 20 calls, 5 syncs). Every version's weights are
 distinct, so each span's logprobs tell which weights sampled it: that must be the version it carries."""
 

@@ -1,4 +1,4 @@
-"""Tool calls the renderer cannot parse are counted, not silent (issue 12 item 4): the real openai and
+"""Tool calls the renderer cannot parse are counted, not silent (docs/console.md): the real openai and
 anthropic SDKs through the proxy, a scripted policy writing each broken kind; the span names it, the
 rollout and the step metrics count it, `veri debug` names it."""
 

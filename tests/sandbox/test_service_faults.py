@@ -1,4 +1,4 @@
-"""Issue 10's service faults, CI-sized: one `veri train` job of 6 steps (2 rollouts each) through the
+"""The service faults (docs/reliability.md), CI-sized: one `veri train` job of 6 steps (2 rollouts each) through the
 launcher service (docker backend, runsc) and a capture proxy container with a restart policy, where
 step 0 loses the proxy, step 1 the launcher (and the console), step 2 the policy server and step 4 the trainer itself,
 each to a kill -9 mid-step, and step 3 dockerd (stopped ~8 s, live-restore; needs root); then a job

@@ -1,4 +1,4 @@
-"""Issue 22 item 5: each reward-hacking signal raised on a constructed archive, and quiet on a healthy one."""
+"""Each reward-hacking signal (docs/signals.md) raised on a constructed archive, and quiet on a healthy one."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""What a sandbox can and cannot reach in the compose stack (issue 10 item 4): every way out of a gVisor
-sandbox the probe (isolation_probe/probe.py) tries is its own assertion, named; and each bundle's
-`egress` (open, none, a host list) enforced, a client that ignores HTTP(S)_PROXY included.
+"""What a sandbox can and cannot reach in the compose stack (docs/architecture.md, "Isolation and per-bundle egress"):
+every way out of a gVisor sandbox the probe (isolation_probe/probe.py) tries is its own assertion, named; and each
+bundle's `egress` (open, none, a host list) enforced, a client that ignores HTTP(S)_PROXY included.
 
 The web fixture stands in for the internet: it is on the rollouts network, where only open bundles'
 sandboxes are. A listener on 0.0.0.0 on this host stands in for every host port."""

@@ -1,5 +1,5 @@
 """A policy that never becomes healthy fails `make train` with the last lines of its log and the file
-that holds all of it (issue 21 item 6): scripts/stack/up.sh (what make train starts the stack with) on
+that holds all of it (not a bare timeout): scripts/stack/up.sh (what make train starts the stack with) on
 a two-service project whose `policy` logs a failure and never answers its health check, and whose
 `proxy` waits for it, as compose.policy.yaml's proxy does. Real compose, real containers."""
 

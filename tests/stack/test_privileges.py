@@ -1,4 +1,4 @@
-"""Every container of the running stack holds the least it needs (issue 23; docs/security.md): `docker
+"""Every container of the running stack holds the least it needs (docs/security.md): `docker
 inspect` of each (the services, a trainer of the same compose service, the egress gateway a job's
 sandboxes used) against tests/stack/privileges.py, where each user, capability, writable mount and
 tmpfs beyond compose.yaml's x-least is listed with its reason."""

@@ -1,4 +1,4 @@
-"""Tool-call parse failures in a step's metrics and its console line (issue 12 item 4): a policy whose
+"""Tool-call parse failures in a step's metrics and its console line (docs/console.md): a policy whose
 tool calls degrade shows there before its reward falls. End to end through the proxy:
 tests/proxy/test_tool_call_failures.py."""
 

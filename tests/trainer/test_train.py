@@ -159,7 +159,7 @@ def test_the_console_shows_veri_lines_and_the_libraries_log_keeps_the_rest(stack
 
 
 def test_eval_every_evaluates_the_held_out_tasks_after_the_sync(stack, tiny_model, tmp_path):
-    """Issue 22 item 2: `eval_every: 1` runs the eval_dataset after each step's weight sync: eval/... on the
+    """`eval_every: 1` (docs/evaluating.md) runs the eval_dataset after each step's weight sync: eval/... on the
     step's metrics line next to the training reward, an eval archive per policy version beside the job, which
     the console lists on the job page; its rollouts were sampled by the weights just trained."""
     job = write_job(tmp_path / "job", tiny_model, max_steps=2, eval_every=1, eval_samples=2,

@@ -1,6 +1,6 @@
-"""Hostile input to the capture proxy (issue 10, item 3): hand-written cases, a schemathesis fuzz run
-over the rollout routes, and a flood of sessions never closed, against a real `veri serve proxy` in
-front of a real `veri serve policy` on the tiny model.
+"""Hostile input to the capture proxy (docs/reliability.md, "The scenarios"): hand-written cases, a schemathesis fuzz
+run over the rollout routes, and a flood of sessions never closed, against a real `veri serve proxy` in front of a real
+`veri serve policy` on the tiny model.
 
 Pass: no 5xx, every refusal in its protocol's error shape (OpenAI and Responses `{"error": {...}}`,
 Anthropic `{"type": "error", "error": {...}}`) naming what is wrong, and the proxy's RSS bounded after

@@ -1,4 +1,4 @@
-"""Load and soak through the capture proxy (issue 10, item 5).
+"""Load and soak through the capture proxy (docs/reliability.md, "The scenarios").
 
 A real `veri serve proxy` in front of a real `veri serve policy` (hf, the tiny model; its batcher
 decodes the concurrent calls together). Each session is the OpenAI SDK holding a multi-turn chat: every

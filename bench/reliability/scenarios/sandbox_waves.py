@@ -1,4 +1,4 @@
-"""Sandboxes under load (issue 10, item 5): rollouts in waves through the real launcher service
+"""Sandboxes under load (docs/reliability.md, "The scenarios"): rollouts in waves through the real launcher service
 (`veri serve launcher`, docker backend, runsc sandboxes, the default SandboxLimits), each wave one group
 of `wave` launches all allowed at once (`max_parallel` = wave), as `veri train` sends a step's rollouts.
 

@@ -1,4 +1,5 @@
-"""Weight syncs while sessions are calling (issue 10, item 6): no span carries the wrong policy version.
+"""Weight syncs while sessions are calling (docs/reliability.md, "The scenarios"): no span carries the wrong
+policy version.
 
 A real proxy in front of a real hf policy (the tiny model). While S sessions make chained calls
 (proxy_load's driver), new weights are pushed `syncs` times (`POST /update_weights` naming the version,

@@ -1,4 +1,4 @@
-"""The console against other web pages (issue 23): a page elsewhere in the user's browser must not read
+"""The console against other web pages (docs/security.md): a page elsewhere in the user's browser must not read
 trajectories through it.
 
 - `Host` check: a DNS-rebinding page reaches 127.0.0.1:8300 under its own name; any Host that is not

@@ -34,7 +34,7 @@ class SpanView:
     earlier_messages: int  # messages already shown with an earlier span
     messages: list[dict[str, Any]] = field(default_factory=list)  # the ones new in this call
     reply: dict[str, Any] = field(default_factory=dict)
-    # tool calls the renderer could not parse: {kind, name, raw, sent_as} (issue 12: name them, with the text)
+    # tool calls the renderer could not parse: {kind, name, raw, sent_as}, shown with their text, never silent
     tool_call_failures: list[dict[str, Any]] = field(default_factory=list)
     client_retry_count: int | None = None  # the client's own count: earlier attempts that left no span
     resent: int = 0  # times the client re-sent this request and got this span's answer again

@@ -198,7 +198,7 @@ def _loss_type(config: JobConfig, context: CheckContext) -> list[Problem]:
         context.notes.append(
             f"grpo.loss_type {loss} averages each row's tokens first: a rollout whose harness branches (sub-agents,"
             " side calls, compaction) is trained as several rows and weighs more than one with a single row;"
-            " dapo (veri's default) weighs every sampled token the same")
+            " dapo (TRL's default, which veri keeps) weighs every sampled token the same")
     return []
 
 

@@ -7,7 +7,7 @@ rows (`core.branches`), so the rollout function puts the row that ends at the fi
 rollout's other rows over in the `veri_branch_rows` extra field. After TRL built the batch, `add_branch_rows`
 appends those rows with the same tensors TRL builds for its own (padding, masks, the trainer's logprobs
 for the off-policy ratio, the reference logprobs when beta != 0), each carrying its rollout's advantage,
-and recounts the batch's loss tokens. The loss is TRL's: with dapo (veri's default) it is normalised by
+and recounts the batch's loss tokens. The loss is TRL's: with dapo (TRL's default) it is normalised by
 the generation batch's trained tokens, so a rollout weighs by its sampled tokens, however many rows.
 
 The batch is padded with empty rows (loss mask 0) to a multiple of steps_per_generation, which TRL splits

@@ -1,4 +1,4 @@
-"""One harness, every fault of issue 10's harness step: the task row lists a fault per rollout index
+"""One harness, every harness fault of docs/reliability.md's training step: the task row lists a fault per rollout index
 (`faults`), so one GRPO group mixes healthy and broken members. Every kind but crash_early first makes
 one model call through the capture proxy (stdlib urllib: cheap to start on 2 cores) and notes it in
 VERI_OUTPUT_DIR/calls, so a lost span would show. Children meant to die with the sandbox (the hang's

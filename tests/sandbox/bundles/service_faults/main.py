@@ -1,4 +1,4 @@
-"""The harness of issue 10's service faults: a few model calls through the capture proxy, a pause
+"""The harness of the service faults (docs/reliability.md): a few model calls through the capture proxy, a pause
 apart, so a step is long enough to kill a service in its middle. Each call is retried the way the
 OpenAI SDK retries (a connection refused or cut, a 5xx; `x-stainless-retry-count` says which try),
 for up to RETRY_S seconds: a proxy or policy restart is waited out. Every answered call is counted in
