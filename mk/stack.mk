@@ -1,4 +1,6 @@
 # The compose stack (compose.yaml): make up / make down / make logs.
+# Where the stack keeps its state and every job (<state>/jobs/<name>): services/veri/core/state.py declares the
+# same default for the veri commands run by hand.
 VERI_STATE_DIR ?= build/state
 VERI_MODEL ?= tiny
 # The services' image follows IMAGE_PREFIX (mk/docker.mk), as the harness images make train builds do.

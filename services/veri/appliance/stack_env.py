@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -21,6 +20,8 @@ from typing import TYPE_CHECKING
 
 from veri.core import envs
 from veri.core.config import JobConfig
+from veri.core.state import STATE_IN_CHECKOUT
+from veri.core.state import state_dir as default_state_dir
 
 if TYPE_CHECKING:
     from veri.appliance.policy_compose import Least
@@ -36,7 +37,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     command = commands.add_parser("stack-env", help="shell assignments that point the stack at a job's config")
     command.add_argument("config", type=Path)
     command.add_argument("--state", type=Path, default=None,
-                         help=f"the stack's state folder (default ${envs.VERI_STATE_DIR} or build/state)")
+                         help=f"the stack's state folder (default ${envs.VERI_STATE_DIR},"
+                              f" else the checkout's {STATE_IN_CHECKOUT})")
     command.add_argument("--model-only", action="store_true",
                          help="only where the job's model lives (VERI_MODELS_DIR, VERI_MODEL): no plan, no file")
     command.set_defaults(func=_print)
@@ -106,7 +108,7 @@ def least_privilege(compose_file: Path = BASE_COMPOSE_PATH) -> Least:
 
 
 def _state_dir(given: Path | None) -> Path:
-    return (given or Path(os.environ.get(envs.VERI_STATE_DIR) or "build/state")).resolve()
+    return (given or default_state_dir()).resolve()
 
 
 def _print(args: argparse.Namespace) -> int:

@@ -8,13 +8,15 @@ from pathlib import Path
 
 from veri.console.settings import DEFAULT_HOST, DEFAULT_PORT
 from veri.core import envs
+from veri.core.state import STATE_IN_CHECKOUT
+from veri.core.state import state_dir as default_state_dir
 
 
 def register_serve(services: argparse._SubParsersAction) -> None:
     console = services.add_parser("console", help="the web console: jobs, live logs, plots, the trajectory archive")
     console.add_argument("--state", type=Path, default=None,
                          help=f"the stack's state folder; jobs are <state>/jobs/<name>"
-                              f" (default ${envs.VERI_STATE_DIR}, or build/state)")
+                              f" (default ${envs.VERI_STATE_DIR}, else the checkout's {STATE_IN_CHECKOUT})")
     console.add_argument("--host", default=DEFAULT_HOST)
     console.add_argument("--port", type=int, default=DEFAULT_PORT)
     console.add_argument("--allowed-host", action="append", metavar="NAME",
@@ -26,7 +28,7 @@ def register_serve(services: argparse._SubParsersAction) -> None:
 
 
 def state_dir(given: Path | None) -> Path:
-    return given or Path(os.environ.get(envs.VERI_STATE_DIR) or "build/state")
+    return given or default_state_dir()
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from veri.core.state import JOBS_HELP, jobs_dir
 from veri.rollouts.stack_args import add_stack_arguments
 
 
@@ -40,7 +41,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--json", action="store_true", help="print the results as one JSON object")
     run.add_argument("--name", default=None, help="the eval archive's folder under --output"
                                                    " (default: <job>.eval-<checkpoint>-<time>)")
-    run.add_argument("--output", type=Path, default=Path("build/jobs"), help="where job and eval folders live")
+    run.add_argument("--output", type=Path, default=None,
+                     help=f"where job and eval folders live (default {JOBS_HELP})")
     add_stack_arguments(run, policy_note="it serves the evaluated weights afterwards")
     run.set_defaults(func=_eval)
 
@@ -50,6 +52,7 @@ def _eval(args: argparse.Namespace) -> int:
     from veri.evals.errors import EvalError
     from veri.trainer.errors import TRAIN_FAILURES
 
+    args.output = args.output or jobs_dir()
     try:
         if args.compare:
             return _compare(args)
