@@ -35,7 +35,7 @@ MODELS_IN_CONTAINERS = Path("/models")  # compose.yaml mounts VERI_MODELS_DIR th
 
 def register(commands: argparse._SubParsersAction) -> None:
     command = commands.add_parser("stack-env", help="shell assignments that point the stack at a job's config")
-    command.add_argument("config", type=Path)
+    command.add_argument("config", type=Path, help="job file (.yaml or .toml)")
     command.add_argument("--state", type=Path, default=None,
                          help=f"the stack's state folder (default ${envs.VERI_STATE_DIR},"
                               f" else the checkout's {STATE_IN_CHECKOUT})")

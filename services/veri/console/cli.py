@@ -17,8 +17,9 @@ def register_serve(services: argparse._SubParsersAction) -> None:
     console.add_argument("--state", type=Path, default=None,
                          help=f"the stack's state folder; jobs are <state>/jobs/<name>"
                               f" (default ${envs.VERI_STATE_DIR}, else the checkout's {STATE_IN_CHECKOUT})")
-    console.add_argument("--host", default=DEFAULT_HOST)
-    console.add_argument("--port", type=int, default=DEFAULT_PORT)
+    console.add_argument("--host", default=DEFAULT_HOST,
+                         help="the address to listen on (another than loopback needs $VERI_CONSOLE_TOKEN)")
+    console.add_argument("--port", type=int, default=DEFAULT_PORT, help="the port to listen on")
     console.add_argument("--allowed-host", action="append", metavar="NAME",
                          default=[name for name in os.environ.get(envs.VERI_CONSOLE_HOSTS, "").split(",") if name],
                          help="a Host name to answer besides 127.0.0.1/localhost (a page under any other name is "
