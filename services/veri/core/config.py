@@ -34,6 +34,7 @@ from veri.core.layout import (
     GpuInventory,
     GpuLayout,
     GpuVendor,
+    LayoutError,
     PolicyDevice,
     WeightSync,
     model_facts,
@@ -102,7 +103,11 @@ class JobConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # a NaN weight or rate poisons training
 
     model: Path = Field(description="local transformers model folder (config.json, tokenizer, weights)")
-    backend: Backend = Field(default=Backend.VLLM, description="policy server: vllm (GPU) or hf (CPU)")
+    backend: Backend = Field(
+        default=Backend.VLLM,
+        description="policy server: vllm (GPU) or hf (CPU); unset is vllm, and refused on a machine with no"
+        " NVIDIA GPU (say which you mean)",
+    )
     dataset: DatasetConfig = Field(description="trainer: the tasks (JSONL); each row is one GRPO group's task")
     harness_bundle: Path = Field(description="launcher: the harness bundle folder (manifest + code)")
     harness_protocol: HarnessProtocol = Field(default=HarnessProtocol.OPENAI, description="launcher: SDK routes")
@@ -197,6 +202,8 @@ class JobConfig(BaseModel):
         machine, not probed with `device: cpu`); raises `LayoutError`. Plan once, before anything starts."""
         if gpus is None:
             gpus = GpuInventory(0, GpuVendor.NONE) if self.device == PolicyDevice.CPU else probe_gpus()
+        if (unsaid := self.unsaid_backend(gpus)) is not None:
+            raise unsaid
         return plan_layout(
             gpus,
             model_facts(self.model),
@@ -207,6 +214,22 @@ class JobConfig(BaseModel):
             device=self.device,
             sleep_mode=self.vllm_sleep_mode,
             training=self.training_setup(),
+        )
+
+    def unsaid_backend(self, gpus: GpuInventory) -> LayoutError | None:
+        """A job that does not say `backend:` gets vllm, the GPU path. On a machine with no NVIDIA GPU that is
+        refused, naming both choices, rather than guessed from the machine: the two backends train differently
+        (hf: float32 on CPU), and a job file should mean the same job on every box. (An explicit `backend: vllm`
+        there is a GPU job checked away from its box; `device: cpu` says vLLM's CPU build.)"""
+        if "backend" in self.model_fields_set or self.device == PolicyDevice.CPU:
+            return None
+        if gpus.vendor == GpuVendor.NVIDIA and gpus.count > 0:
+            return None
+        return LayoutError(
+            "`backend:` is not set, so the job takes the GPU path (vllm), and this machine has no NVIDIA GPU",
+            "set `backend: hf` to train on this machine's CPU (as config/url_extract_cpu.yaml does), or"
+            " `backend: vllm` for a GPU box (`veri validate --gpus N` plans it for one)",
+            knob="backend",
         )
 
     def training_setup(self) -> TrainingSetup:
