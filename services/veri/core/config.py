@@ -319,21 +319,35 @@ def validate_fields(
     return _resolve_paths(values, base_dir), problems
 
 
-def _resolve_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
-    def resolve(path: Path) -> Path:
-        return (base / path.expanduser()).resolve()
+# A path field's new value, given its dotted place ("rewards[1].file") and its value.
+PlacePath = Callable[[str, Path], Path]
 
+
+def map_paths(config: JobConfig, place: PlacePath) -> JobConfig:
+    """The job with every path it names (model, harness_bundle, dataset.path, eval_dataset.path, rewards[].file)
+    replaced by `place(where, path)`: the job as another machine or container sees it. Keeps which keys the
+    file set (a `model_dump(exclude_unset=True)` writes the same keys back)."""
+    values = _map_paths({name: getattr(config, name) for name in config.model_fields_set}, place)
+    return JobConfig.model_validate(values)
+
+
+def _resolve_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
+    return _map_paths(values, lambda _where, path: (base / path.expanduser()).resolve())
+
+
+def _map_paths(values: dict[str, Any], place: PlacePath) -> dict[str, Any]:
+    """The one list of the job's path fields, over validated field values."""
     values = dict(values)
     for name in ("model", "harness_bundle"):
         if name in values:
-            values[name] = resolve(values[name])
+            values[name] = place(name, values[name])
     for name in ("dataset", "eval_dataset"):
         if values.get(name) is not None:
-            values[name] = values[name].model_copy(update={"path": resolve(values[name].path)})
+            values[name] = values[name].model_copy(update={"path": place(f"{name}.path", values[name].path)})
     if "rewards" in values:
         values["rewards"] = [
-            reward.model_copy(update={"file": resolve(reward.file)}) if reward.file else reward
-            for reward in values["rewards"]
+            reward.model_copy(update={"file": place(f"rewards[{i}].file", reward.file)}) if reward.file else reward
+            for i, reward in enumerate(values["rewards"])
         ]
     return values
 
