@@ -4,6 +4,6 @@
 
 .PHONY: bench-branches
 
-bench-branches: venv tiny-model claude-code codex
+bench-branches: venv tiny-model claude-code codex ## the fraction of sampled tokens trained, per demo bundle (docs/benchmarks.md)
 	VERI_TINY_MODEL=$(TINY_MODEL) VERI_CLAUDE_BIN=$(CLAUDE) VERI_CODEX_BIN=$(CODEX) \
 		$(BIN)/python bench/trained_fraction.py --model $(TINY_MODEL)

@@ -5,8 +5,8 @@ TEST_PREPARED += chromium
 
 .PHONY: chromium bench-console
 
-chromium:
+chromium: ## Debian chromium + chromium-driver (the console's browser tests; make test installs them)
 	@scripts/console/chromium.sh
 
-bench-console: venv tiny-model
+bench-console: venv tiny-model ## the console's server times over a 100k-rollout index (docs/benchmarks.md)
 	$(BIN)/python bench/console_scale.py --model $(TINY_MODEL)

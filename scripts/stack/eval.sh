@@ -17,7 +17,8 @@ if [ ! -f "$VERI_MODELS_DIR/$VERI_MODEL/config.json" ]; then
     *) echo "make eval: no model at $VERI_MODELS_DIR/$VERI_MODEL; put a transformers folder there" >&2; exit 1 ;;
   esac
 fi
-settings=$("$VERI" stack-env "$CONFIG")
+# the trainer container reads a copy of the job file, VERI_JOB_FILE (named as the original, as eval names its archive)
+settings=$("$VERI" stack-env "$CONFIG" --name "$(basename "${CONFIG%.*}")")
 eval "$settings"
 "$VERI" validate "$CONFIG"
 source scripts/stack/compose_files.sh
@@ -28,6 +29,6 @@ export VERI_STATE_DIR=$state VERI_CONTROL_TOKEN=$(cat "$state/control_token")
 # ARGS is split on purpose: it carries the eval's own flags.
 # shellcheck disable=SC2086
 $COMPOSE -p "$project" run --rm trainer \
-  veri eval "$CONFIG" --output /state/jobs --proxy-url http://proxy:8000 \
+  veri eval "$VERI_JOB_FILE" --output /state/jobs --proxy-url http://proxy:8000 \
   --policy-url "${VERI_POLICY_URLS:-http://policy:8001}" --sandbox launcher --launcher-url http://launcher:8002 \
   --image "$image" ${ARGS:-}

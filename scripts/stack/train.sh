@@ -24,8 +24,9 @@ fi
 # disk, shm, the GPU images, the model folder, the plan): stop on the first run's failures, with the fixes.
 "$VERI" doctor --quiet "$CONFIG" || { echo "make train: stopped before starting anything: fix what veri doctor" \
   "says above (make doctor CONFIG=$CONFIG shows every fact)" >&2; exit 1; }
-# The job's stack settings; a vLLM job's plan is made here, once, and printed (stack-env's stderr).
-settings=$("$VERI" stack-env "$CONFIG")
+# The job's stack settings; a vLLM job's plan is made here, once, and printed (stack-env's stderr). The
+# trainer container reads a copy of the job file, VERI_JOB_FILE (the original may be anywhere on this host).
+settings=$("$VERI" stack-env "$CONFIG" --name "$name")
 eval "$settings"
 "$VERI" validate "$CONFIG"
 if [ "$VERI_POLICY_BACKEND" = vllm ]; then
@@ -45,7 +46,7 @@ scripts/stack/up.sh
 state=$(realpath -m "${VERI_STATE_DIR:-build/state}")
 export VERI_STATE_DIR=$state VERI_CONTROL_TOKEN=$(cat "$state/control_token")
 echo "make train: job $name on the console: http://127.0.0.1:${VERI_CONSOLE_PORT:-8300}/jobs/$name"
-# The repo is the trainer's /work: model paths in the config must lie inside it (build/models/...).
+# The repo is the trainer's /work: the job's paths lie inside it (stack-env refuses others), its model at /models.
 # On Ctrl-C compose v1 stops the trainer container and exits 1 whatever the trainer said, and the
 # docker CLI stops relaying the container's output; compose v2 returns at once, while the trainer
 # is still stopping (or, sometimes, before it has the signal at all). The trap notes the signal (it
@@ -66,7 +67,7 @@ sys.exit(not (job.get("status") == "stopped" and (job.get("ended_at") or 0) >= i
     "$state/jobs/$name/job.json" "$since" 2>/dev/null
 }
 $COMPOSE -p "$project" run --rm --name "$container" -e VERI_RESUME_COMMAND="$resume" trainer \
-  veri train "$CONFIG" --name "$name" \
+  veri train "$VERI_JOB_FILE" --name "$name" \
   --output /state/jobs --proxy-url http://proxy:8000 --policy-url "${VERI_POLICY_URLS:-http://policy:8001}" \
   --sandbox launcher --launcher-url http://launcher:8002 --image "$image" ${RESUME:+--resume} || status=$?
 if [ "$status" != 0 ] && { [ -n "$stopped" ] || [ "$status" = 130 ] || job_stopped; }; then

@@ -11,7 +11,7 @@ from tests.core.jobs import job, write_job, write_model
 from veri.core.checks import TrainerChecks
 from veri.core.config import JobConfig, RewardConfig, SamplingConfig, parse_config, read_config_file
 from veri.core.dataset import DatasetConfig
-from veri.core.layout import GpuInventory
+from veri.core.layout import GpuInventory, GpuVendor, LayoutError
 from veri.core.problems import Problem
 from veri.core.validation import check_config
 
@@ -259,3 +259,39 @@ def test_hosted_tools_is_drop_or_refuse_and_reaches_the_proxy(job_dir: Path):
     assert check_config(write_job(job_dir, job(hosted_tools="refuse")), base_dir=job_dir).problems == []
     assert stack_env(write_job(job_dir, job(hosted_tools="refuse")), job_dir / "state")["VERI_HOSTED_TOOLS"] == "refuse"
     assert stack_env(write_job(job_dir, job()), job_dir / "state")["VERI_HOSTED_TOOLS"] == "drop"
+
+
+def test_a_job_without_backend_on_a_machine_with_no_gpu_is_refused_naming_both(job_dir: Path):
+    unsaid = {key: value for key, value in job(grpo={}).items() if key != "backend"}
+    no_gpu = GpuInventory(0, GpuVendor.NONE)
+    found = problems_by_place(check_config(write_job(job_dir, unsaid), base_dir=job_dir, gpus=no_gpu))
+    assert "`backend:` is not set" in found["backend"] and "no NVIDIA GPU" in found["backend"]
+    assert "`backend: hf`" in found["backend"] and "`backend: vllm`" in found["backend"]
+    with pytest.raises(LayoutError, match="`backend:` is not set"):  # the plan make train's stack-env makes
+        parse_config(unsaid, base_dir=job_dir).gpu_layout(no_gpu)
+    # said: a GPU job checked away from its box (a note), or the CPU twin; planned for GPUs: the GPU path
+    said = check_config(write_job(job_dir, {**unsaid, "backend": "vllm"}), base_dir=job_dir)
+    assert said.problems == [] or "backend" not in problems_by_place(said)
+    assert check_config(write_job(job_dir, {**unsaid, "device": "cpu"}), base_dir=job_dir).problems == []
+    assert check_config(write_job(job_dir, unsaid), base_dir=job_dir, gpus=GpuInventory.nvidia(2)).problems == []
+
+
+@pytest.mark.parametrize(("grpo", "rollouts_per_prompt", "says"), [
+    ({"per_device_train_batch_size": 4}, 4, "batch: 1 task per step x 4 rollouts = 4 rollouts"),
+    ({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 4}, 8,
+     "batch: 4 tasks per step x 8 rollouts = 32 rollouts (grpo.per_device_train_batch_size 8 x"
+     " grpo.gradient_accumulation_steps 4 / rollouts_per_prompt 8); 200 steps sample 800 tasks: 266.7 passes"
+     " over the dataset's 3"),
+    ({}, 2, "batch: 4 tasks per step x 2 rollouts = 8 rollouts (grpo.per_device_train_batch_size 8 x"),  # TRL's
+    ({"per_device_train_batch_size": 4, "num_iterations": 2}, 2, "grpo.num_iterations 2: each batch is trained"
+     " 2 times, new rollouts every 2 steps; 200 steps sample 200 tasks"),
+])
+def test_validate_says_how_many_tasks_a_step_takes(job_dir: Path, grpo, rollouts_per_prompt: int, says: str):
+    config = job(grpo=grpo, rollouts_per_prompt=rollouts_per_prompt)
+    report = check_config(write_job(job_dir, config), base_dir=job_dir)
+    assert [note for note in report.notes if note.startswith("batch:") and says in note], report.notes
+
+
+def test_no_batch_line_for_rollouts_that_are_not_whole_groups(job_dir: Path):
+    report = check_config(write_job(job_dir, job(grpo={"per_device_train_batch_size": 3})), base_dir=job_dir)
+    assert not [note for note in report.notes if note.startswith("batch:")]

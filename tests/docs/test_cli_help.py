@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -59,3 +60,32 @@ def test_veri_help_opens_with_what_veri_does():
                                  "import-light:", "", "positional arguments: x", "see veri/replay/__init__.py"])
 def test_the_check_refuses_what_veri_help_used_to_say(bad):
     assert problem(bad) is not None
+
+
+def undocumented(parser) -> list[str]:
+    """The arguments (flags and positionals) of one command that `--help` lists without a word about them."""
+    return [", ".join(action.option_strings) or action.dest for action in parser._actions
+            if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction))
+            and (action.help is None or action.help == argparse.SUPPRESS or not action.help.strip())]
+
+
+def test_every_argument_of_every_command_has_help():
+    missing = {name: found for name, parser in COMMANDS if (found := undocumented(parser))}
+    assert not missing, f"arguments without help (give each a help= that says what it does): {missing}"
+
+
+def test_the_walk_sees_an_argument_without_help():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=1, help="the port")
+    parser.add_argument("--host")
+    parser.add_argument("config")
+    assert undocumented(parser) == ["--host", "config"]
+
+
+def test_run_harness_runs_a_harness_as_a_job_without_those_keys_would():
+    from veri.core.config import JobConfig
+
+    (run_harness,) = [parser for name, parser in COMMANDS if name == "veri run-harness"]
+    defaults = run_harness.parse_args(["--bundle", "b", "--task", "t"])
+    assert defaults.max_turns == JobConfig.model_fields["max_turns"].default
+    assert defaults.timeout == JobConfig.model_fields["harness_timeout_s"].default

@@ -41,7 +41,7 @@ ALLOWED = {
                       "CAP_DAC_OVERRIDE": "to cap and remove what a harness wrote, whatever its modes"}),
     "webfixture": Holds({}),
     "console": Holds({"/work": RO, "/models": RO, "/state/jobs": RO}),
-    "trainer": Holds({"/work": RO, "/models": RO, "/state/outputs": RO,
+    "trainer": Holds({"/work": RO, "/models": RO, "/state/outputs": RO, "/state/configs": RO,
                       "/state/jobs": "the job folders: archive, checkpoints, the weights the policy loads"},
                      tmpfs=TMP_EXEC),
     EGRESS_GATEWAY: Holds({}, user=("65534:65534", "nobody: it holds no folder, not even veri's"), tmpfs={}),

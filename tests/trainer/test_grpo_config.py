@@ -12,7 +12,7 @@ import trl
 
 from tests.core.jobs import job, make_job_dir, write_job
 from veri.core.config import JobConfig, parse_config, read_config_file
-from veri.core.grpo import VERI_KNOBS, VERI_OWNED
+from veri.core.grpo import PASS_THROUGH, TRL_BATCH_DEFAULTS, VERI_KNOBS, VERI_OWNED, StepBatch
 from veri.core.layout import GpuInventory
 from veri.core.problems import ProblemsError
 from veri.core.validation import check_config, load_config
@@ -120,3 +120,17 @@ def test_knob_tables_agree_with_trl_and_the_schema():
         section, _, name = knob.rpartition(".")
         model = JobConfig.model_fields[section].annotation if section else JobConfig
         assert name in model.model_fields, knob
+
+
+def test_the_batch_veri_describes_is_the_one_trl_makes(tmp_path: Path):
+    """TRL's defaults for the batch fields are StepBatch's, and a step's rollouts (TRL's generation batch, one
+    process) are per_device_train_batch_size x gradient_accumulation_steps, tasks = that / num_generations."""
+    defaults = {field.name: field.default for field in dataclasses.fields(trl.GRPOConfig)}
+    assert {name: defaults[name] for name in TRL_BATCH_DEFAULTS} == TRL_BATCH_DEFAULTS
+    assert set(PASS_THROUGH) <= set(defaults) and not set(PASS_THROUGH) & (set(VERI_KNOBS) | set(VERI_OWNED))
+    for grpo, rollouts_per_prompt in (({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 4}, 8),
+                                      ({"per_device_train_batch_size": 6}, 3), ({}, 2)):
+        batch = StepBatch.of(rollouts_per_prompt, grpo)
+        built = trl.GRPOConfig(**grpo, num_generations=rollouts_per_prompt, use_cpu=True, output_dir=str(tmp_path))
+        assert built.world_size == 1 and built.generation_batch_size == batch.rollouts
+        assert built.generation_batch_size // built.num_generations == batch.tasks

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from veri.core import envs
+from veri.core.state import JOBS_HELP, jobs_dir
 
 if TYPE_CHECKING:
     from veri.console.errors import NotFound
@@ -30,7 +29,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     status = actions.add_parser("status", help="last completed step, the checkpoint to resume from, the final model")
     status.add_argument("job", help="the job's name (its folder under --jobs) or its folder")
     status.add_argument("--jobs", type=Path, default=None,
-                        help=f"where job folders live (default ${envs.VERI_STATE_DIR}/jobs, or build/state/jobs)")
+                        help=f"where job folders live (default {JOBS_HELP})")
     status.add_argument("--field", choices=FIELDS, default=None, help="print only this value")
     status.set_defaults(func=_status)
 
@@ -55,11 +54,11 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def _jobs_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=Path, default=None,
-                        help=f"where job folders live (default ${envs.VERI_STATE_DIR}/jobs, or build/state/jobs)")
+                        help=f"where job folders live (default {JOBS_HELP})")
 
 
 def _jobs_dir(given: Path | None) -> Path:
-    return given or Path(os.environ.get(envs.VERI_STATE_DIR) or "build/state") / "jobs"
+    return given or jobs_dir()
 
 
 def job_status(folder: Path) -> dict[str, str]:

@@ -36,8 +36,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     command.add_argument("--params-b", type=float, default=None,
                          help="model size in billions of parameters (default: from --model)")
     command.add_argument("--gpu-memory-utilization", type=float, default=None, help="vllm_gpu_memory_utilization")
-    command.add_argument("--weight-sync", choices=[item.value for item in layout.WeightSync], default="auto")
-    command.add_argument("--device", choices=[item.value for item in layout.PolicyDevice], default="auto")
+    command.add_argument("--weight-sync", choices=[item.value for item in layout.WeightSync], default="auto",
+                         help="weight_sync: how the trainer's weights reach the policy (auto: planned)")
+    command.add_argument("--device", choices=[item.value for item in layout.PolicyDevice], default="auto",
+                         help="device: auto/cuda = NVIDIA GPUs, cpu = vLLM's CPU build")
     command.add_argument("--sleep-mode", action="store_true", help="vllm_sleep_mode (1 GPU, or --device cpu)")
     train = command.add_argument_group("the trainer's memory (estimated with --model; the job's knobs)")
     train.add_argument("--lora-rank", type=int, default=None, help="lora_rank (default: full fine-tune)")

@@ -3,6 +3,10 @@
 `make train` evaluates them before `make up`, so the policy serves the job's model and the proxy
 samples with the job's settings (the trainer must know what was sampled; nothing is sent per call).
 
+`--name JOB` also hands the trainer container a copy of the job file (`stage_job_file`): the user keeps it
+wherever they like (a home folder the container's user cannot read, say), the container reads
+<state>/configs/JOB.yaml, with the job's paths as the container sees them (VERI_JOB_FILE).
+
 `backend: vllm` plans the layout here, once, before anything starts (`JobConfig.gpu_layout`: this
 machine's GPUs, or the CPU twin with `device: cpu`), writes the vLLM services for that plan to
 <state>/compose.policy.yaml (`policy_compose`) and points COMPOSE_FILE at it; the plan reaches the
@@ -13,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -21,6 +24,8 @@ from typing import TYPE_CHECKING
 
 from veri.core import envs
 from veri.core.config import JobConfig
+from veri.core.state import STATE_IN_CHECKOUT
+from veri.core.state import state_dir as default_state_dir
 
 if TYPE_CHECKING:
     from veri.appliance.policy_compose import Least
@@ -30,21 +35,31 @@ BASE_COMPOSE_FILE = "compose.yaml"
 BASE_COMPOSE_PATH = Path(__file__).resolve().parents[3] / BASE_COMPOSE_FILE
 OVERRIDE_FILE = "compose.policy.yaml"
 MODELS_IN_CONTAINERS = Path("/models")  # compose.yaml mounts VERI_MODELS_DIR there
+# The trainer container (compose.yaml): the checkout at /work, its working folder, and <state>/configs.
+CHECKOUT_IN_TRAINER = Path("/work")
+JOB_FILES = "configs"
+JOB_FILES_IN_TRAINER = Path("/state") / JOB_FILES
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     command = commands.add_parser("stack-env", help="shell assignments that point the stack at a job's config")
-    command.add_argument("config", type=Path)
+    command.add_argument("config", type=Path, help="job file (.yaml or .toml)")
     command.add_argument("--state", type=Path, default=None,
-                         help=f"the stack's state folder (default ${envs.VERI_STATE_DIR} or build/state)")
+                         help=f"the stack's state folder (default ${envs.VERI_STATE_DIR},"
+                              f" else the checkout's {STATE_IN_CHECKOUT})")
     command.add_argument("--model-only", action="store_true",
                          help="only where the job's model lives (VERI_MODELS_DIR, VERI_MODEL): no plan, no file")
+    command.add_argument("--name", default=None, metavar="JOB",
+                         help=f"also copy the job file to <state>/{JOB_FILES}/JOB.yaml for the trainer container"
+                              f" ({envs.VERI_JOB_FILE}: its path there)")
     command.set_defaults(func=_print)
 
 
-def stack_env(config_path: Path, state_dir: Path | None = None, *, model_only: bool = False) -> dict[str, str]:
+def stack_env(config_path: Path, state_dir: Path | None = None, *, model_only: bool = False,
+              name: str | None = None) -> dict[str, str]:
     """The assignments; for `backend: vllm` also writes the policy's compose override into the state folder.
-    `model_only`: just the model's place (`make train` builds veri's own models before the plan reads them)."""
+    `model_only`: just the model's place (`make train` builds veri's own models before the plan reads them).
+    `name`: also the trainer's copy of the job file (`stage_job_file`)."""
     from veri.core.config import Backend, parse_config, read_config_file
 
     config = parse_config(read_config_file(config_path))  # structure only: the model may not exist yet
@@ -66,9 +81,52 @@ def stack_env(config_path: Path, state_dir: Path | None = None, *, model_only: b
         envs.VERI_POLICY_URLS: "",  # compose.yaml's default: the hf policy
         envs.VERI_POLICY_DP_RANKS: "",
     }
+    if name is not None:
+        values[envs.VERI_JOB_FILE] = str(stage_job_file(config, name, _state_dir(state_dir)))
     if config.backend == Backend.VLLM:
         values |= _vllm_stack(config, _state_dir(state_dir), model)
     return values
+
+
+def stage_job_file(config: JobConfig, name: str, state_dir: Path, checkout: Path = BASE_COMPOSE_PATH.parent) -> Path:
+    """<state>/configs/<name>.yaml: the job as the trainer container reads it, readable by its user whatever
+    the original's folder and modes. Paths in the checkout become relative ones (the container's working
+    folder is the checkout), the model /models/<its folder> (VERI_MODELS_DIR is mounted there); a path
+    outside the checkout is refused, as the container cannot see it. Returns the copy's path in the container."""
+    import yaml
+
+    from veri.core.config import map_paths
+    from veri.core.problems import Problem, ProblemsError
+
+    if not name or Path(name).name != name or name.startswith("."):
+        raise ProblemsError("--name", [Problem("", f"{name!r} is not a job name", "give a folder name (no /)")])
+    checkout = checkout.resolve()
+    outside: list[Problem] = []
+
+    def in_container(where: str, path: Path) -> Path:
+        if where == "model":
+            return MODELS_IN_CONTAINERS / path.name
+        if path.resolve().is_relative_to(checkout):
+            return path.resolve().relative_to(checkout)
+        outside.append(Problem(where, f"{path} is outside the checkout {checkout}, the one folder the trainer"
+                                      " container sees", f"move it into the checkout (config/ holds the shipped"
+                                      f" jobs' files) and point `{where}` there"))
+        return path
+
+    staged = map_paths(config, in_container)
+    if outside:
+        raise ProblemsError("the job file", outside)
+    folder = state_dir / JOB_FILES
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o755)  # the state folder itself is 0700: the trainer reaches this one through its own mount
+    copy = folder / f"{name}.yaml"
+    text = yaml.safe_dump(staged.model_dump(mode="json", exclude_unset=True), sort_keys=False)
+    temporary = folder / f".{name}.yaml.tmp"
+    temporary.write_text(f"# {name}: the trainer's copy of a job file (veri stack-env --name); edit the original\n"
+                         + text, encoding="utf-8")
+    temporary.chmod(0o644)
+    temporary.replace(copy)
+    return JOB_FILES_IN_TRAINER / copy.name
 
 
 def _vllm_stack(config: JobConfig, state_dir: Path, model: Path) -> dict[str, str]:
@@ -106,7 +164,7 @@ def least_privilege(compose_file: Path = BASE_COMPOSE_PATH) -> Least:
 
 
 def _state_dir(given: Path | None) -> Path:
-    return (given or Path(os.environ.get(envs.VERI_STATE_DIR) or "build/state")).resolve()
+    return (given or default_state_dir()).resolve()
 
 
 def _print(args: argparse.Namespace) -> int:
@@ -114,7 +172,7 @@ def _print(args: argparse.Namespace) -> int:
     from veri.core.problems import ProblemsError
 
     try:
-        values = stack_env(args.config, args.state, model_only=args.model_only)
+        values = stack_env(args.config, args.state, model_only=args.model_only, name=args.name)
     except ProblemsError as error:
         print(error, file=sys.stderr)
         return 1

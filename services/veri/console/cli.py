@@ -8,15 +8,18 @@ from pathlib import Path
 
 from veri.console.settings import DEFAULT_HOST, DEFAULT_PORT
 from veri.core import envs
+from veri.core.state import STATE_IN_CHECKOUT
+from veri.core.state import state_dir as default_state_dir
 
 
 def register_serve(services: argparse._SubParsersAction) -> None:
     console = services.add_parser("console", help="the web console: jobs, live logs, plots, the trajectory archive")
     console.add_argument("--state", type=Path, default=None,
                          help=f"the stack's state folder; jobs are <state>/jobs/<name>"
-                              f" (default ${envs.VERI_STATE_DIR}, or build/state)")
-    console.add_argument("--host", default=DEFAULT_HOST)
-    console.add_argument("--port", type=int, default=DEFAULT_PORT)
+                              f" (default ${envs.VERI_STATE_DIR}, else the checkout's {STATE_IN_CHECKOUT})")
+    console.add_argument("--host", default=DEFAULT_HOST,
+                         help="the address to listen on (another than loopback needs $VERI_CONSOLE_TOKEN)")
+    console.add_argument("--port", type=int, default=DEFAULT_PORT, help="the port to listen on")
     console.add_argument("--allowed-host", action="append", metavar="NAME",
                          default=[name for name in os.environ.get(envs.VERI_CONSOLE_HOSTS, "").split(",") if name],
                          help="a Host name to answer besides 127.0.0.1/localhost (a page under any other name is "
@@ -26,7 +29,7 @@ def register_serve(services: argparse._SubParsersAction) -> None:
 
 
 def state_dir(given: Path | None) -> Path:
-    return given or Path(os.environ.get(envs.VERI_STATE_DIR) or "build/state")
+    return given or default_state_dir()
 
 
 def _serve(args: argparse.Namespace) -> int:

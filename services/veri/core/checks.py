@@ -20,6 +20,7 @@ from typing import Any
 from veri.core import envs, gpu_pins, layout
 from veri.core.config import Backend, JobConfig, RewardConfig, UnknownKeyFix
 from veri.core.dataset import read_dataset
+from veri.core.grpo import StepBatch
 from veri.core.harness import MANIFEST_FILE, ManifestError, load_manifest
 from veri.core.problems import Problem, ProblemsError
 
@@ -50,6 +51,7 @@ class CheckContext:
     trainer: TrainerChecks | None = None
     notes: list[str] = field(default_factory=list)
     columns: list[str] | None = None  # the dataset's columns, once read
+    tasks: int | None = None  # the dataset's rows, once read
     valid: set[str] = field(default_factory=set)  # the config fields that validated
 
 
@@ -90,6 +92,7 @@ def _dataset(config: JobConfig, context: CheckContext) -> list[Problem]:
     except ProblemsError as error:
         return error.problems
     context.columns = sorted({key for row in rows for key in row})
+    context.tasks = len(rows)
     context.notes.append(f"dataset: {len(rows)} tasks, columns {context.columns}")
     return []
 
@@ -165,6 +168,15 @@ def _staleness(config: JobConfig, context: CheckContext) -> list[Problem]:
             "grpo.num_iterations", "must be 1 with max_staleness >= 1 (each group is trained once, at the step"
             " that takes it)", "remove `grpo.num_iterations`, or set `max_staleness: 0`"))
     return problems
+
+
+def _batch(config: JobConfig, context: CheckContext) -> list[Problem]:
+    """What one step takes (tasks, rollouts) and what the job covers, as a note; a batch TRL refuses (not
+    whole groups) is the `grpo:` check's problem."""
+    batch = StepBatch.of(config.rollouts_per_prompt, config.grpo)
+    if batch is not None and (line := batch.describe(config.max_steps, context.tasks)):
+        context.notes.append(line)
+    return []
 
 
 def _evals(config: JobConfig, context: CheckContext) -> list[Problem]:
@@ -278,6 +290,8 @@ def _layout(config: JobConfig, context: CheckContext) -> list[Problem]:
     if gpus is None and config.device != layout.PolicyDevice.CPU:
         gpus = layout.probe_gpus()
         if gpus.vendor == layout.GpuVendor.NONE:  # validating away from the GPU box
+            if (unsaid := config.unsaid_backend(gpus)) is not None:
+                return [_layout_problem(config, unsaid)]
             context.notes.append(
                 "no NVIDIA GPU on this machine: the GPU layout is planned when the job starts"
                 " (`veri validate --gpus N` plans it for an N-GPU box)"
@@ -321,6 +335,7 @@ CHECKS: list[tuple[tuple[str, ...], Check]] = [
     (("model", "max_model_len", "max_response_length"), _context_length),
     (("grpo",), _grpo),
     (("grpo",), _loss_type),
+    (("rollouts_per_prompt", "grpo", "max_steps"), _batch),
     (("eval_every", "eval_dataset", "eval_samples"), _evals),
     (("backend", "model", "vllm_tensor_parallel_size", "vllm_data_parallel_size", "vllm_gpu_memory_utilization",
       "weight_sync", "device", "vllm_sleep_mode", "max_model_len", "max_response_length", "lora_rank", "kl_coef",

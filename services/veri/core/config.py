@@ -34,6 +34,7 @@ from veri.core.layout import (
     GpuInventory,
     GpuLayout,
     GpuVendor,
+    LayoutError,
     PolicyDevice,
     WeightSync,
     model_facts,
@@ -102,7 +103,11 @@ class JobConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # a NaN weight or rate poisons training
 
     model: Path = Field(description="local transformers model folder (config.json, tokenizer, weights)")
-    backend: Backend = Field(default=Backend.VLLM, description="policy server: vllm (GPU) or hf (CPU)")
+    backend: Backend = Field(
+        default=Backend.VLLM,
+        description="policy server: vllm (GPU) or hf (CPU); unset is vllm, and refused on a machine with no"
+        " NVIDIA GPU (say which you mean)",
+    )
     dataset: DatasetConfig = Field(description="trainer: the tasks (JSONL); each row is one GRPO group's task")
     harness_bundle: Path = Field(description="launcher: the harness bundle folder (manifest + code)")
     harness_protocol: HarnessProtocol = Field(default=HarnessProtocol.OPENAI, description="launcher: SDK routes")
@@ -197,6 +202,8 @@ class JobConfig(BaseModel):
         machine, not probed with `device: cpu`); raises `LayoutError`. Plan once, before anything starts."""
         if gpus is None:
             gpus = GpuInventory(0, GpuVendor.NONE) if self.device == PolicyDevice.CPU else probe_gpus()
+        if (unsaid := self.unsaid_backend(gpus)) is not None:
+            raise unsaid
         return plan_layout(
             gpus,
             model_facts(self.model),
@@ -207,6 +214,22 @@ class JobConfig(BaseModel):
             device=self.device,
             sleep_mode=self.vllm_sleep_mode,
             training=self.training_setup(),
+        )
+
+    def unsaid_backend(self, gpus: GpuInventory) -> LayoutError | None:
+        """A job that does not say `backend:` gets vllm, the GPU path. On a machine with no NVIDIA GPU that is
+        refused, naming both choices, rather than guessed from the machine: the two backends train differently
+        (hf: float32 on CPU), and a job file should mean the same job on every box. (An explicit `backend: vllm`
+        there is a GPU job checked away from its box; `device: cpu` says vLLM's CPU build.)"""
+        if "backend" in self.model_fields_set or self.device == PolicyDevice.CPU:
+            return None
+        if gpus.vendor == GpuVendor.NVIDIA and gpus.count > 0:
+            return None
+        return LayoutError(
+            "`backend:` is not set, so the job takes the GPU path (vllm), and this machine has no NVIDIA GPU",
+            "set `backend: hf` to train on this machine's CPU (as config/url_extract_cpu.yaml does), or"
+            " `backend: vllm` for a GPU box (`veri validate --gpus N` plans it for one)",
+            knob="backend",
         )
 
     def training_setup(self) -> TrainingSetup:
@@ -296,21 +319,35 @@ def validate_fields(
     return _resolve_paths(values, base_dir), problems
 
 
-def _resolve_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
-    def resolve(path: Path) -> Path:
-        return (base / path.expanduser()).resolve()
+# A path field's new value, given its dotted place ("rewards[1].file") and its value.
+PlacePath = Callable[[str, Path], Path]
 
+
+def map_paths(config: JobConfig, place: PlacePath) -> JobConfig:
+    """The job with every path it names (model, harness_bundle, dataset.path, eval_dataset.path, rewards[].file)
+    replaced by `place(where, path)`: the job as another machine or container sees it. Keeps which keys the
+    file set (a `model_dump(exclude_unset=True)` writes the same keys back)."""
+    values = _map_paths({name: getattr(config, name) for name in config.model_fields_set}, place)
+    return JobConfig.model_validate(values)
+
+
+def _resolve_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
+    return _map_paths(values, lambda _where, path: (base / path.expanduser()).resolve())
+
+
+def _map_paths(values: dict[str, Any], place: PlacePath) -> dict[str, Any]:
+    """The one list of the job's path fields, over validated field values."""
     values = dict(values)
     for name in ("model", "harness_bundle"):
         if name in values:
-            values[name] = resolve(values[name])
+            values[name] = place(name, values[name])
     for name in ("dataset", "eval_dataset"):
         if values.get(name) is not None:
-            values[name] = values[name].model_copy(update={"path": resolve(values[name].path)})
+            values[name] = values[name].model_copy(update={"path": place(f"{name}.path", values[name].path)})
     if "rewards" in values:
         values["rewards"] = [
-            reward.model_copy(update={"file": resolve(reward.file)}) if reward.file else reward
-            for reward in values["rewards"]
+            reward.model_copy(update={"file": place(f"rewards[{i}].file", reward.file)}) if reward.file else reward
+            for i, reward in enumerate(values["rewards"])
         ]
     return values
 

@@ -63,6 +63,7 @@ VERI_MAX_TOKENS = "VERI_MAX_TOKENS"
 VERI_HOSTED_TOOLS = "VERI_HOSTED_TOOLS"  # the job's hosted_tools (drop | refuse): the proxy's --hosted-tools
 VERI_BUNDLE = "VERI_BUNDLE"  # the job's harness bundle (make train builds its image)
 VERI_POLICY_BACKEND = "VERI_POLICY_BACKEND"  # hf or vllm
+VERI_JOB_FILE = "VERI_JOB_FILE"  # the job file as the trainer container reads it (a copy: veri stack-env --name)
 
 # --- make's helpers (scripts/) ------------------------------------------------------------------
 VERI_DISK_MIN_GB = "VERI_DISK_MIN_GB"  # make disk-check stops below this many free GB (default 1; 0 skips)

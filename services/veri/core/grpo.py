@@ -5,12 +5,19 @@ Two tables decide what may go in `grpo:` (and what a misplaced top-level key is 
   `VERI_OWNED`  GRPOConfig fields veri sets itself, or that do nothing when rollouts come from harnesses.
 Any other GRPOConfig field passes through. The mapping to TRL's kwargs and the checks against the
 installed TRL are the trainer's (veri.trainer.grpo.config, veri.trainer.grpo.checks).
+
+`StepBatch`: how many tasks and rollouts one step takes, from the batch fields, as TRL 1.16 counts them;
+`PASS_THROUGH`: the pass-through fields that matter most, for the reference (docs/reference/config.md).
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from veri.core.memory import TRL_BATCH_SIZE
 
 # GRPOConfig field -> the veri knob that sets it (dotted: a field of a section).
 VERI_KNOBS: dict[str, str] = {
@@ -63,3 +70,88 @@ VERI_OWNED: dict[str, str] = {
 def suggest(key: str, names: Iterable[str]) -> str:
     close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.6)
     return f"did you mean `{close[0]}`?" if close else "remove it (no similar name exists)"
+
+
+# --- the batch ---------------------------------------------------------------------------------------
+
+# TRL 1.16's defaults for the batch fields (GRPOConfig / TrainingArguments; tests/core check them against
+# the installed TRL).
+TRL_BATCH_DEFAULTS: dict[str, int] = {
+    "per_device_train_batch_size": TRL_BATCH_SIZE, "gradient_accumulation_steps": 1, "num_iterations": 1,
+}
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """One optimizer step's batch, as TRL 1.16 counts it for veri's single training process.
+
+    TRL's generation batch is per_device_train_batch_size x processes (1) x steps_per_generation rollouts,
+    and steps_per_generation defaults to gradient_accumulation_steps (veri refuses setting it or
+    generation_batch_size): so a step trains on per_device_train_batch_size x gradient_accumulation_steps
+    rollouts, rollouts_per_prompt of them per task. With num_iterations k, TRL trains each generation batch
+    k times, one optimizer step each: new rollouts every k steps."""
+
+    per_device_train_batch_size: int
+    gradient_accumulation_steps: int
+    rollouts_per_prompt: int
+    num_iterations: int = 1
+
+    @classmethod
+    def of(cls, rollouts_per_prompt: int, grpo: dict[str, Any]) -> StepBatch | None:
+        """The batch of a job's `grpo:` section (TRL's defaults where it sets none); None when a batch field
+        is not a whole number >= 1 (the `grpo:` check reports it)."""
+        values = {name: grpo.get(name, default) for name, default in TRL_BATCH_DEFAULTS.items()}
+        if not all(isinstance(value, int) and not isinstance(value, bool) and value >= 1 for value in values.values()):
+            return None
+        return cls(rollouts_per_prompt=rollouts_per_prompt, **values)
+
+    @property
+    def rollouts(self) -> int:
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+
+    @property
+    def tasks(self) -> int | None:
+        """Tasks (GRPO groups) per step; None when the rollouts are not whole groups (TRL refuses that)."""
+        whole, left = divmod(self.rollouts, self.rollouts_per_prompt)
+        return whole if not left and whole else None
+
+    def describe(self, max_steps: int, dataset_size: int | None = None) -> str:
+        """One line: the step's tasks and rollouts, how they follow from the fields, and what the job covers."""
+        tasks = self.tasks
+        if tasks is None:
+            return ""
+        line = (f"batch: {tasks} task{'s' if tasks != 1 else ''} per step x {self.rollouts_per_prompt} rollouts ="
+                f" {self.rollouts} rollouts (grpo.per_device_train_batch_size {self.per_device_train_batch_size}"
+                f" x grpo.gradient_accumulation_steps {self.gradient_accumulation_steps}"
+                f" / rollouts_per_prompt {self.rollouts_per_prompt})")
+        rounds = -(-max_steps // self.num_iterations)
+        if self.num_iterations > 1:
+            line += (f"; grpo.num_iterations {self.num_iterations}: each batch is trained {self.num_iterations} times,"
+                     f" new rollouts every {self.num_iterations} steps")
+        sampled = rounds * tasks
+        line += f"; {max_steps} steps sample {sampled} tasks"
+        if dataset_size:
+            line += (f" of the dataset's {dataset_size}" if sampled < dataset_size
+                     else f": {sampled / dataset_size:.1f} passes over the dataset's {dataset_size}")
+        return line
+
+
+# The pass-through fields that decide the most, with what each does in veri (the reference prints them
+# with TRL's default and what veri sets: scripts/docs/reference.py).
+PASS_THROUGH: dict[str, str] = {
+    "per_device_train_batch_size": "rollouts in one forward/backward pass; x gradient_accumulation_steps = the"
+                                   " step's rollouts (the batch, above)",
+    "gradient_accumulation_steps": "passes per optimizer step (TRL's steps_per_generation follows it: veri"
+                                   " refuses setting that or generation_batch_size)",
+    "num_iterations": "times each step's rollouts are trained (GRPO's mu): k > 1 samples new rollouts every k"
+                      " steps and clips the policy ratio at epsilon; must be 1 with max_staleness >= 1",
+    "loss_type": "how token losses make the batch's loss: dapo divides by the batch's sampled tokens, so every"
+                 " token weighs the same; grpo, sapo and luspo average each row first (a rollout that branches"
+                 " into several rows then weighs more: veri validate notes it); dr_grpo, bnpo, cispo: TRL's docs",
+    "scale_rewards": "advantages divided by the reward's standard deviation within each group (group), across"
+                     " the batch (batch), or not at all (none: Dr. GRPO's advice against a difficulty bias)",
+    "epsilon": "the policy ratio's clip range (epsilon_high: its upper side, DAPO's clip-higher)",
+    "vllm_importance_sampling_mode": "how the off-policy ratio (trainer / sampler probability of each sampled"
+                                     " token) corrects the loss: veri sets token_truncate, truncated at"
+                                     " importance_sampling_cap, on both backends; set another here",
+}

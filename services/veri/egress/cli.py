@@ -13,8 +13,8 @@ from veri.core import envs
 def register_serve(services: argparse._SubParsersAction) -> None:
     gateway = services.add_parser("egress", help="the sandboxes' egress gateway (a forward proxy; the launcher "
                                                  "starts it)")
-    gateway.add_argument("--host", default="0.0.0.0")
-    gateway.add_argument("--port", type=int, default=3128)
+    gateway.add_argument("--host", default="0.0.0.0", help="the address to listen on")
+    gateway.add_argument("--port", type=int, default=3128, help="the port to listen on (HTTP proxy)")
     gateway.set_defaults(func=_serve)
 
 

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from veri.core.state import JOBS_HELP, jobs_dir
+
 
 def register(commands: argparse._SubParsersAction) -> None:
     export = commands.add_parser("export", help="a job archive's rows as a dataset for other trainers")
@@ -20,7 +22,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                      help="only steps A..B-1 (Python's slice: 2:, :10, or one step K)")
     sft.add_argument("--out", type=Path, default=None, metavar="FILE",
                      help="the JSONL file to write (default build/exports/<job>.sft.jsonl)")
-    sft.add_argument("--output", type=Path, default=Path("build/jobs"), help="where job folders live")
+    sft.add_argument("--output", type=Path, default=None, help=f"where job folders live (default {JOBS_HELP})")
     sft.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     sft.set_defaults(func=_export_sft)
 
@@ -35,7 +37,7 @@ def _export_sft(args: argparse.Namespace) -> int:
     from veri.export.rows import export_sft, parse_steps, resolve_job
 
     try:
-        layout = resolve_job(args.job, args.output)
+        layout = resolve_job(args.job, args.output or jobs_dir())
         out = args.out or Path("build/exports") / f"{layout.dir.name}.sft.jsonl"
         summary = export_sft(layout, out, min_reward=args.min_reward, steps=parse_steps(args.steps))
     except ExportError as error:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from veri.core import envs
+from veri.core.config import JobConfig
 
 if TYPE_CHECKING:
     from veri.core.episodes import Decoder
@@ -41,7 +42,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     push.add_argument("--prefix", default="veri", help="image name prefix when building (default: veri)")
     push.set_defaults(func=_push)
     check = actions.add_parser("check", help="validate a bundle's manifest without building")
-    check.add_argument("bundle", type=Path)
+    check.add_argument("bundle", type=Path, help="the bundle folder")
     check.set_defaults(func=_check)
     _register_run(commands)
     _register_debug(commands)
@@ -134,7 +135,7 @@ def _register_run(commands: argparse._SubParsersAction) -> None:
     source = command.add_mutually_exclusive_group(required=True)
     source.add_argument("--task", help="one task as JSON (a dataset row, or just a prompt)")
     source.add_argument("--dataset", type=Path, help="JSONL dataset; pick the row with --index")
-    command.add_argument("--index", type=int, default=0)
+    command.add_argument("--index", type=int, default=0, help="with --dataset: the row (0-based)")
     command.add_argument("-n", type=int, default=1, help="rollouts to run (one GRPO group)")
     command.add_argument("--out", type=Path, default=None, help="where rollout records go")
     command.add_argument("--sandbox", choices=["docker", "local", "launcher"], default="docker",
@@ -145,10 +146,18 @@ def _register_run(commands: argparse._SubParsersAction) -> None:
                          f"http://127.0.0.1:{os.environ.get(envs.VERI_LAUNCHER_PORT) or 8002}",
                          help="--sandbox launcher: the launcher's URL (default $VERI_LAUNCHER_URL, else "
                               "127.0.0.1:$VERI_LAUNCHER_PORT, where compose.kubernetes.yaml publishes it)")
-    command.add_argument("--proxy-url", default=os.environ.get(envs.VERI_PROXY_URL, "http://127.0.0.1:8000"))
-    command.add_argument("--model-name", default=os.environ.get(envs.VERI_MODEL, "policy"))
-    command.add_argument("--max-turns", type=int, default=8)
-    command.add_argument("--timeout", type=float, default=300.0, help="harness_timeout_s")
+    command.add_argument("--proxy-url", default=os.environ.get(envs.VERI_PROXY_URL, "http://127.0.0.1:8000"),
+                         help=f"the capture proxy (default ${envs.VERI_PROXY_URL} or http://127.0.0.1:8000)")
+    command.add_argument("--model-name", default=os.environ.get(envs.VERI_MODEL, "policy"),
+                         help=f"the model name the harness is given ({envs.VERI_POLICY_MODEL};"
+                              f" default ${envs.VERI_MODEL} or policy)")
+    # A job's own defaults, so a harness tried here runs as a job without those keys would run it.
+    command.add_argument("--max-turns", type=int, default=JobConfig.model_fields["max_turns"].default,
+                         help="the job's max_turns: the turn budget the harness is told (VERI_MAX_TURNS;"
+                              " default: a job's, %(default)s)")
+    command.add_argument("--timeout", type=float, default=JobConfig.model_fields["harness_timeout_s"].default,
+                         help="the job's harness_timeout_s: a rollout is killed after this many seconds"
+                              " (default: a job's, %(default)s)")
     command.add_argument("--no-up", action="store_true", help="never start the stack")
     command.set_defaults(func=_run)
 

@@ -24,6 +24,7 @@ from veri.core import envs
 from veri.core.harness import load_manifest
 from veri.core.launch import GroupLaunch, LaunchResult, SandboxLimits
 from veri.core.rollouts import RolloutRecord
+from veri.core.state import state_dir
 from veri.harness.debug import hosted_tools_line
 from veri.launcher.backend import SandboxBackend
 from veri.proxy.control_client import ControlClient
@@ -199,11 +200,6 @@ def default_control_token() -> str | None:
         return token
     state = state_dir() / "control_token"
     return state.read_text().strip() if state.is_file() else None
-
-
-def state_dir() -> Path:
-    """The stack's state folder on this machine (make up's VERI_STATE_DIR)."""
-    return Path(os.environ.get(envs.VERI_STATE_DIR) or REPO_ROOT / "build" / "state")
 
 
 def load_task(task_json: str | None, dataset: Path | None, index: int) -> dict[str, Any]:

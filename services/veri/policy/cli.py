@@ -13,10 +13,11 @@ from veri.core import envs
 def register_serve(services: argparse._SubParsersAction) -> None:
     policy = services.add_parser("policy", help="serve a policy model token-in/token-out (hf backend)")
     policy.add_argument("--model", type=Path, required=True, help="transformers model folder")
-    policy.add_argument("--host", default="127.0.0.1")
-    policy.add_argument("--port", type=int, default=8001)
+    policy.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    policy.add_argument("--port", type=int, default=8001, help="the port to listen on")
     policy.add_argument("--served-model-name", help="model id in the API (default: --model as given)")
-    policy.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    policy.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                        help="the weights' and activations' type (float32: what the CPU trainer computes logprobs in)")
     policy.add_argument("--threads", type=int, default=None, help="torch threads (default: cores - 1, at most 8)")
     policy.add_argument("--max-batch-rows", type=int, default=64, help="completions decoded together at most")
     policy.add_argument("--max-logprobs", type=int, default=20, help="largest `logprobs` one request may ask")

@@ -43,7 +43,7 @@ def register_session(commands: argparse._SubParsersAction) -> None:
         action.add_argument("--proxy", required=True, help="proxy base URL, e.g. http://127.0.0.1:8000")
         action.add_argument("--token", default=os.environ.get(envs.VERI_CONTROL_TOKEN), help="control token")
         if name != "open":
-            action.add_argument("rollout_id")
+            action.add_argument("rollout_id", help="the session's rollout id (what `veri session open` printed)")
         else:
             action.add_argument("--record-requests", action="store_true",
                                 help="keep this session's requests as sent, for `veri replay record`")

@@ -28,12 +28,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     record.add_argument("--outputs", type=Path, metavar="DIR", help="the rollout's output folder the rewards read")
     record.add_argument("--status", default="completed", choices=["completed", "failed", "truncated"],
                         help="how the harness ended")
-    record.add_argument("--exit-code", type=int, default=None)
+    record.add_argument("--exit-code", type=int, default=None, help="the harness's exit status (default: unknown)")
     record.set_defaults(func=_record)
 
     run = actions.add_parser("run", help="replay recordings and diff their spans, episodes and rewards; exit 1 on any"
                                          " difference")
-    run.add_argument("recordings", type=Path, nargs="+", metavar="FILE")
+    run.add_argument("recordings", type=Path, nargs="+", metavar="FILE",
+                     help="recordings (`veri replay record --out`) to replay")
     run.add_argument("--proxy", default=None, help="replay through this proxy (its policy: `veri replay policy"
                                                    " FILE`, so one FILE); default: an in-process proxy on --model")
     run.add_argument("--token", default=os.environ.get(envs.VERI_CONTROL_TOKEN), help="the proxy's control token")
@@ -43,9 +44,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     run.set_defaults(func=_run)
 
     serve = actions.add_parser("policy", help="a policy server that answers with a recording's completions")
-    serve.add_argument("recording", type=Path, metavar="FILE")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8100)
+    serve.add_argument("recording", type=Path, metavar="FILE", help="the recording (`veri replay record --out`)")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    serve.add_argument("--port", type=int, default=8100, help="the port to listen on")
     serve.set_defaults(func=_policy)
 
 

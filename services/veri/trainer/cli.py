@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from veri.core import envs
+from veri.core.state import JOBS_HELP, jobs_dir
 from veri.rollouts.stack_args import add_stack_arguments
 
 STOPPED_EXIT = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
@@ -25,7 +26,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     train.add_argument("config", type=Path, help="job file (.yaml or .toml)")
     train.add_argument("--resume", action="store_true", help="continue the job from its last checkpoint")
     train.add_argument("--name", default=None, help="job name: its folder under --output (default: the config's stem)")
-    train.add_argument("--output", type=Path, default=Path("build/jobs"), help="where job folders live")
+    train.add_argument("--output", type=Path, default=None, help=f"where job folders live (default {JOBS_HELP})")
     add_stack_arguments(train, policy_note="a vLLM job's every replica")
     train.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                        help="serve the job's Prometheus metrics (GET /metrics) on this port while it runs"
@@ -63,6 +64,7 @@ def _train(args: argparse.Namespace) -> int:
     from veri.trainer.ui.interrupt import install_stop_handlers
 
     install_stop_handlers()
+    args.output = args.output or jobs_dir()
     try:
         return _run_train(args)
     except KeyboardInterrupt:

@@ -11,8 +11,8 @@ from veri.core import envs
 
 def register_serve(services: argparse._SubParsersAction) -> None:
     fixture = services.add_parser("webfixture", help="the URL-extraction demo's web pages (/pages/<i>.html)")
-    fixture.add_argument("--host", default="127.0.0.1")
-    fixture.add_argument("--port", type=int, default=8080)
+    fixture.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    fixture.add_argument("--port", type=int, default=8080, help="the port to listen on")
     fixture.set_defaults(func=_serve)
 
 
