@@ -1,6 +1,7 @@
 """Runs inside the sandbox as the agent's leftover process (root, no capabilities): for DURATION
 seconds it tries to read the hidden tests and to forge the reward. Hits go to /tmp/attack.log.
 Usage: python3 attacker.py DURATION [rename]"""
+import ctypes
 import glob
 import os
 import subprocess
@@ -72,7 +73,6 @@ def swap_mountpoints() -> None:
         pass
 
 
-import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 
 

@@ -24,7 +24,7 @@ def norm(name: str) -> str:
 
 
 class Proxy(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         m = re.match(r"http://([^/]+)(/.*)", self.path)
         host, path = (m.group(1), m.group(2)) if m else ("", self.path)
         body, ctype = self.answer(host.split(":")[0], path)
