@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.core.spans import make_span
-from tests.trainer.records import EOS, scored, two_turn_spans
+from tests.trainer.records import EOS, model_logprobs, scored, two_turn_spans
 from veri.core.episodes import RolloutStatus, RowKind, build_episode
 from veri.core.rollouts import RewardOutcome, RolloutRecord
 from veri.rewards import RewardFunction
@@ -27,15 +27,6 @@ from veri.trainer.rollouts.tasks import task_key, trl_dataset
 from veri.trainer.weights.sync import PushedAfterEachStep
 
 SIDE_PROMPT, SIDE_COMPLETION = [70, 71, 72, 73, 74, 75], [80, 81, EOS]
-
-
-def model_logprobs(model_dir: Path, prompt: list[int], completion: list[int]) -> list[float]:
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    with torch.no_grad():
-        logits = model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
-    return torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(completion)[:, None])[:, 0].tolist()
 
 
 def with_side_call(index: int, reward: float, side_logprobs: list[float]) -> RolloutRecord:

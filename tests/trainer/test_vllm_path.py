@@ -4,16 +4,19 @@ rollout function announces to the proxy for a backend that reports none (the vLL
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import torch
 import yaml
 from transformers import AutoTokenizer
 
 from tests.servers import free_port, start_server
 from tests.trainer.conftest import MAX_TOKENS, build_rollouts, write_job
+from tests.trainer.records import model_logprobs
 from veri.core.config import JobConfig, parse_config
 from veri.core.layout import GpuInventory
 from veri.core.validation import load_config
@@ -70,7 +73,8 @@ class CountedSync:
 def test_trl_calls_the_seated_sync_once_per_step_and_runs_the_correction(tiny_model, tmp_path):
     """The seat, in the TRL this job runs: the trainer built from the filesystem-sync job's own GRPOConfig
     (no TRL client) syncs through the seated sync before a step's rollouts, once per step, and computes
-    the importance-sampling ratio from the rollouts' logprobs (what TRL gates on `use_vllm`)."""
+    the importance-sampling ratio from the rollouts' logprobs (what TRL gates on `use_vllm`): trainer over
+sampler probability per token, truncated at `importance_sampling_cap`."""
     from transformers import AutoTokenizer
 
     config = vllm_job(tiny_model, tmp_path).model_copy(update={"device": "cpu"})
@@ -79,10 +83,16 @@ def test_trl_calls_the_seated_sync_once_per_step_and_runs_the_correction(tiny_mo
                                 reward_weights=weights, plan=config.gpu_layout())
     rows = kwargs["per_device_train_batch_size"]  # one generation batch: 2 groups of 4
     prompt, completion = [5, 6, 7, 8], [9, 10, 11]
+    # The sampler's logprobs: the model's own, less these (ratios e^0.4, e^-0.3, e^2: the last over the cap).
+    off_policy = [0.4, -0.3, 2.0]
+    cap = kwargs["vllm_importance_sampling_clip_max"]
+    assert math.exp(max(off_policy)) > cap > math.exp(0.4)
+    sampled = [own - off for own, off in zip(model_logprobs(tiny_model, prompt, completion, kwargs["temperature"]),
+                                                          off_policy, strict=True)]
 
     def rollout_func(prompts, trainer):
         return {"prompt_ids": [prompt] * rows, "completion_ids": [completion] * rows,
-                "logprobs": [[-1.0] * len(completion)] * rows, "env_mask": [[1] * len(completion)] * rows,
+                "logprobs": [sampled] * rows, "env_mask": [[1] * len(completion)] * rows,
                 "veri_rewards": [{"reward": float(i % 2)} for i in range(rows)]}
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
@@ -96,7 +106,9 @@ def test_trl_calls_the_seated_sync_once_per_step_and_runs_the_correction(tiny_mo
 
     batch = trainer._generate_and_score_completions(inputs)
     assert sync.calls == 1  # before step 0's rollouts
-    assert batch["importance_sampling_ratio"].shape == (rows, len(completion))
+    # The ratio TRL weighs each token's loss by: trainer / sampler probability, truncated at the job's cap.
+    expected = torch.tensor([[math.exp(0.4), math.exp(-0.3), cap]] * rows)
+    torch.testing.assert_close(batch["importance_sampling_ratio"], expected, atol=1e-4, rtol=1e-4)
     trainer._generate_and_score_completions(inputs)
     assert sync.calls == 1  # the same step (gradient accumulation): the weights are already there
     trainer.state.global_step = 1
