@@ -225,8 +225,7 @@ class HarnessRollouts:
         """A rollout with a span another policy version sampled is masked (`policy_version_stale`), never
         trained on as if the step's policy had written it."""
         expected = self.versions.expected(step)
-        stale = [s for s in rollout.record.spans
-                 if s.policy_version is not None and not 0 <= expected - s.policy_version <= self.max_staleness]
+        stale = [s for s in rollout.record.spans if not 0 <= expected - s.policy_version <= self.max_staleness]
         if not stale:
             return rollout
         verdict = Verdict.of(Rule.POLICY_VERSION_STALE,
