@@ -25,6 +25,7 @@ from veri.rollouts.stack import check_reachable, launch_settings, rollout_runner
 from veri.trainer.archive import ArchiveLayout, JobArchive, latest_checkpoint, prepare_resume
 from veri.trainer.errors import JobError
 from veri.trainer.gpu_stack import gpu_stack_problems
+from veri.trainer.grpo.config import masks_truncated
 from veri.trainer.grpo.rewards import trl_reward_funcs
 from veri.trainer.grpo.rollout_func import HarnessRollouts
 from veri.trainer.grpo.rows import MaskedRow
@@ -105,7 +106,7 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
             masked=MaskedRow(pad_id=tokenizer.pad_token_id, eos_id=tokenizer.eos_token_id),
             max_parallel_rollouts=config.max_parallel_rollouts,
             announce_to=control if config.backend == Backend.VLLM else None,
-            max_staleness=config.max_staleness, max_steps=config.max_steps,
+            max_staleness=config.max_staleness, max_steps=config.max_steps, mask_truncated=masks_truncated(config),
         )
         args = grpo_config_kwargs(config, output_dir=folders.checkpoints, reward_weights=reward_weights, plan=plan,
                                   policy_url=options.policy_urls[0])

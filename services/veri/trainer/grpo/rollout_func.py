@@ -8,7 +8,9 @@ num_generations times in a row (`rollouts.tasks`), and wants one completion per 
   2. every group runs at once (`rollouts.collect.GroupCollector`), at most max_parallel_rollouts sandboxes
      over the batch; Ctrl-C / SIGTERM cancels them, which removes every sandbox, and then raises
      KeyboardInterrupt (`ui.interrupt.run_until_stopped`): nothing of the step is archived;
-  3. each record that no rule rejected is scored (`rewards.scoring.RewardScorer`, all at once);
+  3. each record that no rule rejected is scored (`rewards.scoring.RewardScorer`, all at once); with
+     grpo.mask_truncated_completions, a scored record with an unfinished row is masked whole
+     (`completion_truncated`: left out of the loss, its reward kept in its group's baseline);
   4. every record is written to the archive under step = global_step, before any training on it;
   5. the step's records and timings go to `ui.progress` (metrics once the optimizer step is done);
   6. the records become TRL's rows (`rows.rollout_output`: masked records add nothing to the loss
@@ -33,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from veri.core.episodes import Rule, Verdict
+from veri.core.episodes import Rule, Verdict, unfinished_rows
 from veri.core.rollouts import RolloutRecord
 from veri.launcher.group import gather_to_the_end
 from veri.proxy.control_client import ControlClient
@@ -66,6 +68,7 @@ class HarnessRollouts:
     announce_to: ControlClient | None = None  # vLLM: the proxy to announce versions to
     after_rollouts: Callable[[int], None] | None = None  # vllm_sleep_mode: the policy sleeps until the next sync
     max_staleness: int = 0
+    mask_truncated: bool = False  # grpo.mask_truncated_completions, per rollout (`completion_truncated`)
     group_size: int = 0  # max_staleness >= 1: the rollouts of a group (TRL's num_generations)
     max_steps: int = 0  # max_staleness >= 1: no group is started for a step past the last
     groups_per_step: int = 1  # max_staleness >= 1: TRL's generation batch / num_generations
@@ -114,7 +117,7 @@ class HarnessRollouts:
         rolled = time.monotonic()
         collected = [self._reject_stale(step, rollout) for rollout in collected]
         logged: dict[str, list[float]] = {}
-        records = self._score(collected, trainer.state, logged)
+        records = [self._mask_truncated(record) for record in self._score(collected, trainer.state, logged)]
         scored = time.monotonic()
         for record, rollout in zip(records, collected, strict=True):
             self.archive.write_rollout(step, record, harness_log=harness_log(rollout))
@@ -235,6 +238,22 @@ class HarnessRollouts:
                              versions=sorted({s.policy_version for s in stale}))
         episode = rollout.record.episode.model_copy(update={"verdicts": [*rollout.record.episode.verdicts, verdict]})
         return dataclasses.replace(rollout, record=rollout.record.model_copy(update={"episode": episode}))
+
+    def _mask_truncated(self, record: RolloutRecord) -> RolloutRecord:
+        """grpo.mask_truncated_completions: a scored rollout with a row the policy did not finish is left out of
+        the loss whole (`completion_truncated`: every row, not only the one in TRL's slot); its reward stays in
+        its group's baseline. A reply the client's stop sequence ended is finished."""
+        if not self.mask_truncated or not record.trainable:
+            return record
+        unfinished = unfinished_rows(record.episode, record.spans)
+        if not unfinished:
+            return record
+        verdict = Verdict.of(Rule.COMPLETION_TRUNCATED,
+                             f"{unfinished[0]}{f' (and {len(unfinished) - 1} more)' if len(unfinished) > 1 else ''}:"
+                             " grpo.mask_truncated_completions leaves every row of the rollout out of the loss",
+                             rows=unfinished)
+        episode = record.episode.model_copy(update={"verdicts": [*record.episode.verdicts, verdict]})
+        return record.model_copy(update={"episode": episode})
 
     def _version_check(self, step: int, records: list[RolloutRecord]) -> dict[str, int]:
         expected = self.versions.expected(step)
