@@ -50,4 +50,5 @@ def model_logprobs(model_dir: Path, prompt: list[int], completion: list[int], te
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     with torch.no_grad():
         logits = model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
-    return torch.log_softmax(logits.float() / temperature, dim=-1).gather(1, torch.tensor(completion)[:, None])[:, 0].tolist()
+    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return logprobs.gather(1, torch.tensor(completion)[:, None])[:, 0].tolist()

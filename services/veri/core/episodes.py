@@ -63,6 +63,7 @@ class Rule(StrEnum):
     RESPONSE_TRUNCATED = "response_truncated"
     REWARD_ERROR = "reward_error"
     POLICY_VERSION_STALE = "policy_version_stale"
+    POLICY_SERVER_RESTARTED = "policy_server_restarted"
     COMPLETION_TRUNCATED = "completion_truncated"
 
 
@@ -140,6 +141,14 @@ RULES: dict[Rule, RuleSpec] = {
         "a slow group (max_staleness ≥ 1): raise max_staleness or lower harness_timeout_s; a policy"
         " server that restarted: nothing, the trainer pushes its weights again; if it keeps happening, give"
         " the job its own policy server",
+    ),
+    Rule.POLICY_SERVER_RESTARTED: RuleSpec(
+        Effect.REJECT,
+        "a span was served by a policy server between its restart and the job's next weight update: the"
+        " server came back with its model folder's weights, not the version the span carries (vLLM's spans"
+        " carry the version the trainer announced), so it is not trained",
+        "nothing, if it is rare: the next weight update loads the job's weights into the server again; if the"
+        " server keeps restarting, its log (`make logs`) says why (out of memory, a crash)",
     ),
     Rule.COMPLETION_TRUNCATED: RuleSpec(
         Effect.MASK,

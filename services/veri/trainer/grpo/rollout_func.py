@@ -4,10 +4,14 @@
 
 TRL 1.16 calls it once per generation batch with the batch's prompts, each task key repeated
 num_generations times in a row (`rollouts.tasks`), and wants one completion per prompt, in order. Here:
-  1. (vLLM) announce policy version = global_step to the proxy: TRL has just synced the weights;
+  1. (vLLM) TRL has just synced the weights, and the sync announced version = global_step to the proxy
+     (`weights.vllm_sync.AnnouncedSync`);
   2. every group runs at once (`rollouts.collect.GroupCollector`), at most max_parallel_rollouts sandboxes
      over the batch; Ctrl-C / SIGTERM cancels them, which removes every sandbox, and then raises
      KeyboardInterrupt (`ui.interrupt.run_until_stopped`): nothing of the step is archived;
+  2b. a rollout with a span another policy version sampled (`policy_version_stale`), or one a policy server
+     served after it restarted with its model folder's weights (`policy_server_restarted`: each server is
+     asked which process serves, `weights.served.ServedWeights`), is rejected before scoring;
   3. each record that no rule rejected is scored (`rewards.scoring.RewardScorer`, all at once); with
      grpo.mask_truncated_completions, a scored record with an unfinished row is masked whole
      (`completion_truncated`: left out of the loss, its reward kept in its group's baseline);
@@ -23,7 +27,7 @@ number: which task each runs is the producer's schedule), drops any whose oldest
 versions older than the weights being trained (archived under the step with `policy_version_stale`,
 counted in `rollouts/stale_dropped`) and records each kept rollout's `staleness`. TRL's importance
 ratio (trainer / sampler probability per token, truncated at `importance_sampling_cap`) corrects the
-off-policy tokens; the version announcement happens inside the paused weight update instead.
+off-policy tokens; the version announcement happens inside the paused weight update.
 """
 
 from __future__ import annotations
@@ -38,7 +42,6 @@ from typing import Any, Protocol
 from veri.core.episodes import Rule, Verdict, unfinished_rows
 from veri.core.rollouts import RolloutRecord
 from veri.launcher.group import gather_to_the_end
-from veri.proxy.control_client import ControlClient
 from veri.rewards import RewardInputs, RewardScorer
 from veri.rollouts.collect import CollectedRollout, GroupCollector
 from veri.trainer.grpo.rows import MaskedRow, rollout_output
@@ -46,7 +49,8 @@ from veri.trainer.rollouts.producer import FinishedGroup, GroupProducer, GroupSc
 from veri.trainer.rollouts.tasks import TaskGroup, task_groups
 from veri.trainer.ui.interrupt import run_until_stopped
 from veri.trainer.ui.progress import StepProgress
-from veri.trainer.weights.sync import PolicyVersions, announce_version
+from veri.trainer.weights.served import ServedWeights
+from veri.trainer.weights.sync import PolicyVersions
 
 
 class RolloutArchive(Protocol):
@@ -65,7 +69,7 @@ class HarnessRollouts:
     versions: PolicyVersions
     masked: MaskedRow
     max_parallel_rollouts: int
-    announce_to: ControlClient | None = None  # vLLM: the proxy to announce versions to
+    served: ServedWeights | None = None  # which policy servers restarted since they got the job's weights
     after_rollouts: Callable[[int], None] | None = None  # vllm_sleep_mode: the policy sleeps until the next sync
     max_staleness: int = 0
     mask_truncated: bool = False  # grpo.mask_truncated_completions, per rollout (`completion_truncated`)
@@ -109,13 +113,12 @@ class HarnessRollouts:
         if self.schedule is not None and self.producer is None:
             self.start_producer(first_step=step)
         if self.producer is None:
-            if self.announce_to is not None:
-                announce_version(self.announce_to, step)
             collected, extra, dropped = self._run_step(step, task_groups(prompts, trainer.num_generations)), {}, []
-        else:  # max_staleness >= 1: the announcement is the sync's (`weights.vllm_sync.PausedSync`)
+        else:
             collected, extra, dropped = self._take_step(step, len(prompts) // trainer.num_generations)
         rolled = time.monotonic()
         collected = [self._reject_stale(step, rollout) for rollout in collected]
+        collected = self._reject_restarted(step, collected)
         logged: dict[str, list[float]] = {}
         records = [self._mask_truncated(record) for record in self._score(collected, trainer.state, logged)]
         scored = time.monotonic()
@@ -254,6 +257,35 @@ class HarnessRollouts:
                              rows=unfinished)
         episode = record.episode.model_copy(update={"verdicts": [*record.episode.verdicts, verdict]})
         return record.model_copy(update={"episode": episode})
+
+    def _reject_restarted(self, step: int, collected: list[CollectedRollout]) -> list[CollectedRollout]:
+        """A rollout with a span a policy server served after it restarted (its model folder's weights, whatever
+        version the span carries) and before the job's weights were loaded into it again is masked
+        (`policy_server_restarted`)."""
+        if self.served is None:
+            return collected
+        windows = self.served.unvouched()
+        if not any(windows.values()):
+            return collected
+        rejected = []
+        for at, rollout in enumerate(collected):
+            hits = [(span, window) for span in rollout.record.spans
+                    for window in windows.get(span.replica, windows[None]) if window.covers(span)]
+            if not hits:
+                continue
+            span, window = hits[0]
+            verdict = Verdict.of(Rule.POLICY_SERVER_RESTARTED,
+                                 f"span {span.request_index} was served by the policy server at {window.server}"
+                                 f" {window.why} ({len({s.request_index for s, _ in hits})} such span(s))",
+                                 span=span.request_index, server=window.server)
+            episode = rollout.record.episode.model_copy(
+                update={"verdicts": [*rollout.record.episode.verdicts, verdict]})
+            collected[at] = dataclasses.replace(rollout, record=rollout.record.model_copy(update={"episode": episode}))
+            rejected.append(rollout.record.rollout_id)
+        if rejected:
+            self.archive.log(f"step {step}: {len(rejected)} rollout(s) rejected, a policy server restarted while they"
+                             f" ran (policy_server_restarted): {rejected[:5]}")
+        return collected
 
     def _version_check(self, step: int, records: list[RolloutRecord]) -> dict[str, int]:
         expected = self.versions.expected(step)
