@@ -138,3 +138,14 @@ def test_replicas_are_matched_to_servers_by_url_else_by_position():
     now = time.time()
     verdicts = reject(served, rollout("first", (now, 0)), rollout("second", (now, 1)))
     assert [bool(found) for found in verdicts.values()] == [False, True]
+
+
+def test_with_no_restart_the_proxy_is_not_asked_which_replica_is_which():
+    def never() -> list[ReplicaStats]:
+        raise AssertionError("the proxy was asked for its replicas")
+
+    probe = Probe("http://policy:8000")
+    served = ServedWeights([probe], never, lambda line: None)
+    assert served.unvouched() == {}  # before the job gave any weights: nothing to vouch for
+    served.noted()
+    assert served.unvouched() == {} and served.unvouched() == {}

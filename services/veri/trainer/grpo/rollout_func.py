@@ -265,9 +265,9 @@ class HarnessRollouts:
         if self.served is None:
             return collected
         windows = self.served.unvouched()
-        if not any(windows.values()):
+        if not windows:
             return collected
-        rejected = []
+        collected, rejected = list(collected), []
         for at, rollout in enumerate(collected):
             hits = [(span, window) for span in rollout.record.spans
                     for window in windows.get(span.replica, windows[None]) if window.covers(span)]

@@ -104,10 +104,13 @@ class ServedWeights:
 
     def unvouched(self) -> dict[int | None, list[Window]]:
         """Every window so far, by the proxy replica whose server it concerns (None: a span naming no
-        replica, or one this job cannot place: every window). Asks each server which process serves now."""
+        replica, or one this job cannot place: every window); {} when there is none. Asks each server which
+        process serves now."""
         windows: dict[_Server, list[Window]] = {}
         for server in self._servers:
             windows[server] = [*server.windows, *self._open_window(server)]
+        if not any(windows.values()):
+            return {}  # the usual case: no need to ask the proxy which replica is which server
         by_replica: dict[int | None, list[Window]] = {
             replica: [window for server in servers for window in windows[server]]
             for replica, servers in self._servers_by_replica().items()}
