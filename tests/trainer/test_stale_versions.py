@@ -1,6 +1,7 @@
-"""A rollout with a span another policy version sampled (a policy server restarted with its original
-weights mid-step, or a group older than max_staleness) is masked by `policy_version_stale`, not trained on
-as the step's policy's; the asynchronous path drops a stale group and takes a fresh one in its place."""
+"""A rollout with a span another policy version sampled (an hf policy server that restarted mid-step counts
+from 0 again; a group older than max_staleness) is masked by `policy_version_stale`, not trained on as the
+step's policy's; the asynchronous path drops a stale group and takes a fresh one in its place. (A restarted
+server is caught by its process too, whatever its spans carry: tests/trainer/test_served.py.)"""
 
 from __future__ import annotations
 
