@@ -87,7 +87,8 @@ def test_only_allowed_groups_start_and_at_most_max_parallel_at_once(groups: Grou
     wait_for(lambda: groups.started == [0, 1, 2])
     groups.release(1, 2, 3)
     kept, dropped = producer.take(3, lambda group: True)
-    assert numbers(kept) == [0, 1, 2] and dropped == [] and groups.most_at_once == 2
+    assert numbers(kept)[0] == 0 and sorted(numbers(kept)) == [0, 1, 2]  # 1 and 2 finish in either order
+    assert dropped == [] and groups.most_at_once == 2
     time.sleep(0.1)
     assert groups.started == [0, 1, 2]  # group 3 was never allowed
     producer.allow(2)  # a bound below what is allowed already changes nothing
@@ -129,6 +130,7 @@ def test_stop_cancels_what_runs_and_counts_what_was_left(groups: Groups):
     producer.allow(3)
     groups.release(0)
     wait_for(lambda: 0 in groups.cleaned_up and groups.started == [0, 1, 2])
+    time.sleep(0.3)  # group 0's clean-up ran; let its task hand the group over and end
     left = producer.stop()
     assert (left.running, left.untrained) == (2, 1)  # groups 1 and 2 cancelled; group 0 finished, never taken
     assert sorted(groups.cleaned_up) == [0, 1, 2] and groups.running == 0  # every clean-up ran to its end
