@@ -31,7 +31,7 @@ task = json.loads(os.environ["VERI_TASK"])
 index = int(os.environ["VERI_ROLLOUT_INDEX"])
 if task.get("fail_rollout") == index:
     sys.exit("this rollout crashes on purpose")
-client = OpenAI(max_retries=0)
+client = OpenAI(max_retries=task.get("retries", 0))  # a test that restarts the policy server lets it retry
 model = os.environ["VERI_POLICY_MODEL"]
 tools = [{"type": "function", "function": {"name": "lookup", "description": "Look a key up",
           "parameters": {"type": "object", "properties": {"key": {"type": "string"}}}}}]
@@ -58,7 +58,6 @@ if restart and index == 0:
         import time
         while not pathlib.Path(restart["done"]).exists():
             time.sleep(0.2)
-        client = OpenAI(max_retries=3)  # the proxy's first call to the new server may find a dead connection
 answer = client.chat.completions.create(model=model, messages=messages, tools=tools).choices[0].message.content
 pathlib.Path(os.environ["VERI_OUTPUT_DIR"], "answer.txt").write_text(answer or "")
 print("answer:", answer)

@@ -52,9 +52,9 @@ def test_an_hf_policy_server_restarted_mid_job_has_its_rollouts_rejected_and_get
     restart = {"runs": str(tmp_path / "runs"), "on_run": 2, "ready": str(tmp_path / "ready"),
                "done": str(tmp_path / "done")}
     job = write_job(tmp_path / "job", tiny_model)
-    write_tasks(tmp_path / "job" / "tasks.jsonl", [
-        {"prompt": "Look up the answer, please.", "expected": "beta", "restart": restart},
-        {"prompt": "Look up the answer now.", "expected": "beta"},
+    write_tasks(tmp_path / "job" / "tasks.jsonl", [  # calls made while the server restarts are retried (503)
+        {"prompt": "Look up the answer, please.", "expected": "beta", "restart": restart, "retries": 6},
+        {"prompt": "Look up the answer now.", "expected": "beta", "retries": 6},
     ])
     port = free_port()
     policy_args = ["serve", "policy", "--model", str(tiny_model), "--scripted-replies", str(trainer_script),
