@@ -14,6 +14,9 @@ the replies and routing the proxy must handle:
 
   --fail-reload          `POST /collective_rpc` answers 500 as vLLM does when a worker raises (a replica
                          that fails its weight reload)
+  POST /collective_rpc {"method": "veri_server_process"}
+                         what veri's worker extension answers: this process's id and start (a stand-in
+                         started again on the same port is a restarted server)
 
 Any other path answers 200 (so `/health` works). With no options and no PUT the reply is prebuilt
 and nothing is recorded, so the bench measures the proxy, not this.
@@ -24,10 +27,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import time
+import uuid
 
 import uvicorn
 
 RANK_HEADER = b"x-data-parallel-rank"
+PROCESS = {"id": uuid.uuid4().hex, "started_at": time.time()}  # as veri's worker extension answers
 
 
 class Standin:
@@ -112,6 +118,8 @@ class Standin:
         elif path == "/collective_rpc" and self.fail_reload:
             payload = b'{"error": "RuntimeError: the stand-in fails its weight reload"}'
             status = 500
+        elif path == "/collective_rpc" and json.loads(body or b"{}").get("method") == "veri_server_process":
+            payload = json.dumps({"results": [PROCESS]}).encode()
         else:
             payload = b"{}"
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]

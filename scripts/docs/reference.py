@@ -331,16 +331,18 @@ def cli_reference() -> str:
 def rules_reference() -> str:
     from veri.core.episodes import RULES, Effect
 
-    effects = {Effect.REJECT: "rejected: masked out of the loss", Effect.DEGRADE: "degraded: trained on less"}
+    effects = {Effect.REJECT: "rejected: masked out of the loss", Effect.DEGRADE: "degraded: trained on less",
+               Effect.MASK: "masked: out of the loss, its reward in the baseline"}
     rows = "\n".join(f"| {code(rule.value)} | {effects[spec.effect]} | {cell(spec.summary)} | {cell(spec.fix)} |"
                      for rule, spec in RULES.items())
     return HEADER.format(source="core/episodes.py RULES") + f"""\
 # Rules reference
 
-Every rule that rejects or degrades a rollout. Each fired rule is a verdict with this message in the
-rollout's record, on the console's rollout page, in the step's metrics (`rule/<name>`) and its console
-line, and in `veri debug`'s walk ([troubleshooting](../troubleshooting.md)). A rejected rollout adds
-nothing to the loss; its group's other members keep the advantages they would have had without it.
+Every rule that rejects, masks or degrades a rollout. Each fired rule is a verdict with this message in
+the rollout's record, on the console's rollout page, in the step's metrics (`rule/<name>`) and its
+console line, and in `veri debug`'s walk ([troubleshooting](../troubleshooting.md)). A rejected rollout
+adds nothing to the loss; its group's other members keep the advantages they would have had without it.
+A masked one adds nothing to the loss either, but its reward still counts in its group's baseline.
 
 | rule | effect | what happened | what to do |
 |---|---|---|---|

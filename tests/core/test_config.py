@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.core.jobs import job, write_job, write_model
-from veri.core.checks import TrainerChecks
+from veri.core.checks import PER_TOKEN_LOSSES, UNEVEN_LOSSES, TrainerChecks
 from veri.core.config import JobConfig, RewardConfig, SamplingConfig, parse_config, read_config_file
 from veri.core.dataset import DatasetConfig
 from veri.core.layout import GpuInventory, GpuVendor, LayoutError
@@ -171,11 +171,15 @@ def test_vllm_with_top_p_below_one_notes_the_logprob_offset(job_dir: Path):
     assert not [n for n in plain.notes if "top_p" in n]
 
 
-@pytest.mark.parametrize(("loss", "noted"), [("grpo", True), ("luspo", True), ("dapo", False), ("bnpo", False)])
-def test_a_per_row_loss_type_notes_that_branching_rollouts_weigh_more(job_dir: Path, loss: str, noted: bool):
+@pytest.mark.parametrize(("loss", "noted"), [*((loss, True) for loss in UNEVEN_LOSSES),
+                                             *((loss, False) for loss in PER_TOKEN_LOSSES)])
+def test_a_loss_type_that_does_not_weigh_every_token_alike_notes_what_branching_rollouts_do(
+        job_dir: Path, loss: str, noted: bool):
     report = check_config(write_job(job_dir, job(grpo={"loss_type": loss})), base_dir=job_dir)
     assert report.problems == []
-    assert bool([n for n in report.notes if "averages each row's tokens first" in n]) == noted
+    notes = [n for n in report.notes if n.startswith(f"grpo.loss_type {loss} ")]
+    assert bool(notes) == noted
+    assert all("harnesses that branch" in n and "dapo (veri's default)" in n for n in notes)
 
 
 def test_max_staleness_refuses_what_breaks_the_off_policy_correction(job_dir: Path):

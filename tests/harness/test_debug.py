@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.core.spans import bridged_chain
-from veri.core.episodes import RolloutStatus, build_episode
+from veri.core.episodes import RolloutStatus, Rule, Verdict, build_episode
 from veri.core.rollouts import RewardOutcome, RolloutRecord
 from veri.harness.debug import explain, read_records, records_in
 
@@ -158,3 +158,19 @@ def test_ids_the_tokenizer_cannot_decode_are_named(tmp_path: Path, tiny_model: P
     assert "row 1 (rewritten, spans [2]" in result.stdout and "row 2 (main, spans [0, 1])" in result.stdout
     assert "<ids [-5] not in this tokenizer>" in result.stdout
     assert "tokens: sampled" in result.stdout and "dropped 0" in result.stdout
+
+
+@pytest.mark.parametrize(("rule", "result"), [
+    (Rule.POLICY_SERVER_RESTARTED, "result: REJECTED (policy_server_restarted)"),
+    (Rule.COMPLETION_TRUNCATED, "result: MASKED (completion_truncated)"),
+])
+def test_a_verdict_the_trainer_gave_is_walked_with_the_others(rule: Rule, result: str):
+    """The trainer's own rules (a restarted policy server, a truncated rollout masked, a stale version) need
+    the job's servers and settings: `veri debug` reads them from the record."""
+    record = record_dict()
+    verdict = Verdict.of(rule, "span 2 was served by the policy server at http://policy:8000 after it restarted",
+                         span=2)
+    record["episode"]["verdicts"] = [verdict.model_dump(mode="json")]
+    explained = explain(record)
+    assert f"{rule}: span 2 was served by the policy server" in explained
+    assert result in explained and f"{rule} ({verdict.effect}): {verdict.fix}" in explained

@@ -14,6 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from tests.policy.helpers import assert_logprobs_match, complete, peaked_weights, perturbed_weights, write_weights
 from tests.servers import start_server
+from veri.core.policy_api import ServerProcess
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +46,11 @@ def test_version_starts_at_zero_then_updates_bump_it(
     perturbed = perturbed_weights(reference_model, scale=0.2, seed=1)
     response = _update(updatable, write_weights(perturbed, tmp_path / "step1.safetensors"))
     assert response.status_code == 200, response.text
-    assert response.json() == {"policy_version": 1}
+    assert response.json()["policy_version"] == 1
     assert _version(updatable) == 1
+    # The server's process, the same in every answer (a restarted server is another: trainer/weights/served.py)
+    process = ServerProcess.model_validate(response.json()["process"])
+    assert ServerProcess.model_validate(updatable.get("/policy_version").json()["process"]) == process
 
     after = complete(updatable, prompt=[5, 6, 7, 8], max_tokens=8, temperature=0, logprobs=0, return_token_ids=True)
     assert after["policy_version"] == 1
@@ -67,7 +71,7 @@ def test_folder_update_and_eos_stop_rule(
     folder.mkdir()
     write_weights(peaked_weights(reference_model, eos), folder / "model.safetensors")
     version = _version(updatable)
-    assert _update(updatable, folder).json() == {"policy_version": version + 1}
+    assert _update(updatable, folder).json()["policy_version"] == version + 1
 
     choice = _greedy(updatable)
     assert choice["token_ids"] == [eos]
@@ -164,7 +168,7 @@ def test_update_waits_for_rows_in_flight_and_requests_queue_behind_it(
         wait_for(lambda s: s["pending_updates"] > 0 or update.done())
         queued = pool.submit(complete, updatable, prompt=[1, 2], max_tokens=2)
         assert long.result(timeout=120)["policy_version"] == version
-        assert update.result(timeout=120).json() == {"policy_version": version + 1}
+        assert update.result(timeout=120).json()["policy_version"] == version + 1
         assert queued.result(timeout=120)["policy_version"] == version + 1
 
 
@@ -173,6 +177,6 @@ def test_the_trainer_can_name_the_version(updatable: httpx.Client, reference_mod
     """A resumed job pushes its checkpoint as version = its step, whatever the server counted."""
     path = write_weights(perturbed_weights(reference_model, scale=0.1, seed=3), tmp_path / "named.safetensors")
     response = updatable.post("/update_weights", json={"path": str(path), "policy_version": 7})
-    assert response.status_code == 200 and response.json() == {"policy_version": 7}
+    assert response.status_code == 200 and response.json()["policy_version"] == 7
     assert _greedy(updatable, 2) and complete(updatable, prompt=[5], max_tokens=1)["policy_version"] == 7
     assert updatable.post("/update_weights", json={"path": str(path), "policy_version": -1}).status_code == 400

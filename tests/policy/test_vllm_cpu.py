@@ -402,8 +402,9 @@ def test_a_server_left_paused_by_a_dead_trainer_is_resumed_at_the_next_jobs_star
 
 
 def test_a_server_restarted_mid_job_is_reinitialised_and_the_step_goes_on(vllm_server, vllm_model, weights_dir):
-    """The real server restarted between two syncs serves the model folder's weights again: the next sync
-    sees it holds nothing (`veri_loaded_weights`), says so, and loads the step's weights into it."""
+    """The real server restarted between two syncs serves the model folder's weights again: its workers are
+    other processes (`veri_server_process`, which the trainer asks before scoring), and the next sync sees
+    it holds nothing (`veri_loaded_weights`), says so, and loads the step's weights into it."""
     from veri.trainer.weights.vllm_admin import VllmAdmin
     from veri.trainer.weights.vllm_sync import FilesystemSync
 
@@ -413,9 +414,13 @@ def test_a_server_restarted_mid_job_is_reinitialised_and_the_step_goes_on(vllm_s
                           timing=lambda *a: None)
     try:
         sync.sync_weights()
+        before = admin.server_process()  # what the trainer notes once the weights are in (weights/served.py)
+        assert admin.server_process() == before
         vllm_server.container.restart(timeout=5)
         _healthy(vllm_server.url, vllm_server.container)
         assert admin.loaded_weights() == [None]
+        after = admin.server_process()
+        assert after.id != before.id and after.started_at > before.started_at  # caught before scoring
         sync.trainer.state.global_step = 1
         sync.sync_weights()
         assert f"{vllm_server.url} restarted since it loaded" in lines[1], lines

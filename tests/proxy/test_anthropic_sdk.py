@@ -5,6 +5,7 @@ from __future__ import annotations
 import anthropic
 
 from tests.proxy.conftest import assert_bridged_chain, fake_weather
+from veri.core.episodes import build_episode, unfinished_rows
 
 WEATHER = {
     "name": "get_weather",
@@ -103,8 +104,11 @@ def test_stop_sequence(session, control):
     assert reply.stop_reason == "stop_sequence" and reply.stop_sequence == "STOP"
     [span] = control.spans(session.rollout_id)
     assert "world" not in span.response["content"][0]["text"]
-    # The kept ids are an exact prefix of what was sampled: still trainable.
+    # The kept ids are an exact prefix of what was sampled: still trainable, and a finished reply (the
+    # client's own stop), which `grpo.mask_truncated_completions` must not take for a truncated one.
     assert len(span.completion_token_ids) == len(span.completion_logprobs)
+    assert span.stop_sequence == "STOP"
+    assert unfinished_rows(build_episode([span]), [span]) == []
 
 
 def test_count_tokens_equals_rendered_prompt(session, control, proxy):

@@ -24,7 +24,7 @@ from tests.servers import start_server
 from veri.core.episodes import Rule, build_episode
 from veri.core.records import SessionInfo, Span
 from veri.proxy.control_client import ControlClient
-from veri.proxy.history import RETRY_COUNT_HEADER, request_key
+from veri.proxy.history import IDEMPOTENCY_HEADER, RETRY_COUNT_HEADER, request_key
 from veri.proxy.long_texts import TEXT_KEYS
 from veri.proxy.store import SpanStore
 
@@ -174,27 +174,54 @@ def test_the_sdk_asking_again_on_purpose_samples_again(stack):
     # Each create() is a new call (retry count 0), even with the same body: a harness may re-ask.
     policy, control = stack
     session = control.open_session()
+    before = policy.calls()
     client = openai_client(session, Tries())
-    for _ in range(2):
-        client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "again"}])
+    replies = [client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "again"}])
+               for _ in range(2)]
     spans = control.spans(session.rollout_id)
     assert len(spans) == 2 and all(span.retried_at == [] for span in spans)
+    assert policy.calls() - before == 2 and replies[0].id != replies[1].id  # two samples, two replies
 
 
-def test_a_client_without_a_retry_count_resending_a_body_is_answered_from_its_span(stack):
-    _, control = stack
+def test_the_anthropic_sdk_asking_again_on_purpose_samples_again(stack):
+    policy, control = stack
+    session = control.open_session()
+    before = policy.calls()
+    client = anthropic.Anthropic(base_url=session.anthropic_base_url, api_key=session.api_key, max_retries=3)
+    replies = [client.messages.create(model="policy", max_tokens=64, messages=[{"role": "user", "content": "again"}])
+               for _ in range(2)]
+    spans = control.spans(session.rollout_id)
+    assert len(spans) == 2 and all(span.retried_at == [] for span in spans)
+    assert [span.client_retry_count for span in spans] == [0, 0]
+    assert policy.calls() - before == 2 and replies[0].id != replies[1].id
+
+
+def test_only_a_resend_the_client_marks_as_a_retry_is_answered_from_its_span(stack):
+    """No retry count (a client that is not an SDK) and a count of 0 are new calls, sampled; a count of 1 or
+    more, or an idempotency key sent again, is answered from the latest span of that request."""
+    policy, control = stack
     session = control.open_session()
     url = f"{session.openai_base_url}/chat/completions"
     body = {"model": "policy", "messages": [{"role": "user", "content": "hello"}]}
     headers = {"authorization": f"Bearer {session.api_key}"}
-    first = httpx.post(url, json=body, headers=headers, timeout=30)
-    again = httpx.post(url, json=dict(reversed(body.items())), headers=headers, timeout=30)  # same body, reordered
-    counted = httpx.post(url, json=body, headers={**headers, RETRY_COUNT_HEADER: "2"}, timeout=30)
-    assert first.json() == again.json() == counted.json()
-    [span] = control.spans(session.rollout_id)
-    assert len(span.retried_at) == 2
-    fresh = httpx.post(url, json=body, headers={**headers, RETRY_COUNT_HEADER: "0"}, timeout=30)
-    assert fresh.status_code == 200 and len(control.spans(session.rollout_id)) == 2
+    before = policy.calls()
+
+    def post(extra: dict[str, str], sent: dict | None = None) -> dict:
+        reply = httpx.post(url, json=sent or body, headers={**headers, **extra}, timeout=30)
+        assert reply.status_code == 200
+        return reply.json()
+
+    first = post({})
+    again = post({}, dict(reversed(body.items())))  # the same body (keys reordered), unmarked: a new sample
+    assert again["id"] != first["id"] and len(control.spans(session.rollout_id)) == 2
+    assert post({RETRY_COUNT_HEADER: "0"})["id"] not in (first["id"], again["id"])
+    assert post({RETRY_COUNT_HEADER: "2"}) == post({RETRY_COUNT_HEADER: "1"})  # marked: the latest span's reply
+    named = post({IDEMPOTENCY_HEADER: "call-7"})
+    assert post({IDEMPOTENCY_HEADER: "call-7"}) == named  # the same key again: its retry
+    assert post({IDEMPOTENCY_HEADER: "call-8"})["id"] != named["id"]  # another key: another call
+    spans = control.spans(session.rollout_id)
+    assert policy.calls() - before == len(spans) == 5
+    assert [len(span.retried_at) for span in spans] == [0, 0, 2, 1, 0]
 
 
 def test_a_retry_reaching_another_worker_waits_for_the_first_try(reply_ids, tiny_model, tmp_path):

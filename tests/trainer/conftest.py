@@ -31,7 +31,7 @@ task = json.loads(os.environ["VERI_TASK"])
 index = int(os.environ["VERI_ROLLOUT_INDEX"])
 if task.get("fail_rollout") == index:
     sys.exit("this rollout crashes on purpose")
-client = OpenAI(max_retries=0)
+client = OpenAI(max_retries=task.get("retries", 0))  # a test that restarts the policy server lets it retry
 model = os.environ["VERI_POLICY_MODEL"]
 tools = [{"type": "function", "function": {"name": "lookup", "description": "Look a key up",
           "parameters": {"type": "object", "properties": {"key": {"type": "string"}}}}}]
@@ -49,6 +49,15 @@ if hold and index == 0 and not pathlib.Path(hold["marker"]).exists():
     import time, urllib.request
     while json.load(urllib.request.urlopen(hold["policy_url"] + "/policy_version"))["policy_version"] < hold["until"]:
         time.sleep(0.2)
+restart = task.get("restart")  # the test restarts the policy server while rollout 0 waits, on its n-th run
+if restart and index == 0:
+    runs = pathlib.Path(restart["runs"])
+    runs.write_text((runs.read_text() if runs.exists() else "") + "x")
+    if len(runs.read_text()) == restart["on_run"]:
+        pathlib.Path(restart["ready"]).write_text("ready")
+        import time
+        while not pathlib.Path(restart["done"]).exists():
+            time.sleep(0.2)
 answer = client.chat.completions.create(model=model, messages=messages, tools=tools).choices[0].message.content
 pathlib.Path(os.environ["VERI_OUTPUT_DIR"], "answer.txt").write_text(answer or "")
 print("answer:", answer)
@@ -113,7 +122,7 @@ def stack(tiny_model: Path, trainer_script: Path, tmp_path: Path) -> Iterator[tu
             yield policy, proxy
 
 
-def build_rollouts(config, proxy_url: str, tokenizer, archive, scorer, outputs: Path, *, announce: bool = False):
+def build_rollouts(config, proxy_url: str, tokenizer, archive, scorer, outputs: Path, *, served=None):
     """The rollout function the job builds, over the local backend (`config`: a loaded JobConfig)."""
     from veri.core.dataset import read_dataset
     from veri.launcher.local import LocalBackend
@@ -134,5 +143,5 @@ def build_rollouts(config, proxy_url: str, tokenizer, archive, scorer, outputs: 
         tasks=read_dataset(config.dataset), collector=collector, scorer=scorer, archive=archive,
         progress=StepProgress(archive), versions=PolicyVersions(),
         masked=MaskedRow(pad_id=tokenizer.pad_token_id, eos_id=tokenizer.eos_token_id), max_parallel_rollouts=4,
-        announce_to=control if announce else None,
+        served=served,
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.core.spans import make_span
 from veri.core.episodes import RolloutStatus, Rule, Verdict, build_episode
 from veri.core.rollouts import RewardOutcome, RolloutRecord
@@ -37,3 +39,16 @@ def failed(task: int, index: int, status: RolloutStatus = RolloutStatus.FAILED, 
     episode = build_episode(taken, status, exit_code=exit_code)
     return RolloutRecord(rollout_id=f"r-{task}-{index}", task_index=task, rollout_index=index, status=status,
                          exit_code=exit_code, spans=taken, episode=episode)
+
+
+def model_logprobs(model_dir: Path, prompt: list[int], completion: list[int], temperature: float = 1.0) -> list[float]:
+    """The model's own logprobs of `completion` after `prompt` at `temperature` (what a sampler with the
+    trainer's weights records)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
+    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return logprobs.gather(1, torch.tensor(completion)[:, None])[:, 0].tolist()

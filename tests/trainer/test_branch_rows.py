@@ -1,15 +1,19 @@
 """A rollout with a branch (here a side call) on TRL 1.16's own batch code: the branch row lands in the
 batch with its rollout's advantage, the logprobs the loss uses for it are the model's own for that row,
-the other rollouts' advantages do not move, and every sampled token is counted once in the loss."""
+its importance ratio is trainer / sampler probability capped at the cap (as TRL's for its own rows), the
+step's off-policy figures count its tokens, the other rollouts' advantages do not move, and every
+sampled token is counted once in the loss."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.core.spans import make_span
-from tests.trainer.records import EOS, scored, two_turn_spans
+from tests.trainer.records import EOS, model_logprobs, scored, two_turn_spans
 from veri.core.episodes import RolloutStatus, RowKind, build_episode
 from veri.core.rollouts import RewardOutcome, RolloutRecord
 from veri.rewards import RewardFunction
@@ -18,20 +22,11 @@ from veri.trainer.grpo.config import CORRECTION
 from veri.trainer.grpo.rewards import trl_reward_funcs
 from veri.trainer.grpo.rows import MaskedRow, rollout_output
 from veri.trainer.grpo.setup import seat_weight_sync
-from veri.trainer.grpo.trainer import BRANCH_METRIC, veri_trainer_class
+from veri.trainer.grpo.trainer import BRANCH_METRIC, TRUNCATED_METRIC, veri_trainer_class
 from veri.trainer.rollouts.tasks import task_key, trl_dataset
 from veri.trainer.weights.sync import PushedAfterEachStep
 
 SIDE_PROMPT, SIDE_COMPLETION = [70, 71, 72, 73, 74, 75], [80, 81, EOS]
-
-
-def model_logprobs(model_dir: Path, prompt: list[int], completion: list[int]) -> list[float]:
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    with torch.no_grad():
-        logits = model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
-    return torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(completion)[:, None])[:, 0].tolist()
 
 
 def with_side_call(index: int, reward: float, side_logprobs: list[float]) -> RolloutRecord:
@@ -72,10 +67,17 @@ def generate(trainer, records):
     return trainer._generate_and_score_completions([{"prompt": task_key(r.task_index)} for r in records])
 
 
+# How far the side call's sampler logprobs are below the trainer's, per token: ratios e^0.5, e^-0.2 and e^2,
+# the last above TRL's default cap (3.0), so a flipped sign or a missing cap changes what the test reads.
+SIDE_OFF_POLICY = [0.5, -0.2, 2.0]
+CAP = 3.0  # TRL's default vllm_importance_sampling_clip_max
+
+
 def test_a_branch_row_is_trained_with_its_rollouts_advantage(tiny_model, tmp_path):
     own = model_logprobs(tiny_model, SIDE_PROMPT, SIDE_COMPLETION)
+    sampled = [logprob - off for logprob, off in zip(own, SIDE_OFF_POLICY, strict=True)]
     plain = [scored(0, 1, 0.0), scored(0, 2, 0.5), scored(0, 3, 0.0)]
-    records = [with_side_call(0, 1.0, own), *plain]
+    records = [with_side_call(0, 1.0, sampled), *plain]
     trainer = make_trainer(tiny_model, tmp_path / "a", records)
     batch = generate(trainer, records)
 
@@ -94,16 +96,54 @@ def test_a_branch_row_is_trained_with_its_rollouts_advantage(tiny_model, tmp_pat
     assert batch["prompt_ids"][4, -len(SIDE_PROMPT):].tolist() == SIDE_PROMPT
     loss_mask = batch["completion_mask"] * batch["tool_mask"]
     assert loss_mask[4].tolist() == [1] * width + [0] * (loss_mask.size(1) - width)
-    sampled = sum(len(s.completion_token_ids) for r in records for s in r.spans)
-    assert batch["num_items_in_batch"] == loss_mask.sum() == sampled  # every sampled token, once
-    # The trainer's logprobs for the row are the model's own (padding and all), so the ratio is 1.
+    sampled_tokens = sum(len(s.completion_token_ids) for r in records for s in r.spans)
+    assert batch["num_items_in_batch"] == loss_mask.sum() == sampled_tokens  # every sampled token, once
+    # The trainer's logprobs for the row are the model's own (padding and all); the sampler's are what the
+    # span captured; the ratio is trainer / sampler probability, capped.
     torch.testing.assert_close(batch["old_per_token_logps"][4, :width], torch.tensor(own), atol=1e-5, rtol=0)
-    torch.testing.assert_close(batch["importance_sampling_ratio"][4, :width], torch.ones(width), atol=1e-4, rtol=0)
+    torch.testing.assert_close(batch["sampling_per_token_logps"][4, :width], torch.tensor(sampled))
+    expected = torch.tensor([math.exp(0.5), math.exp(-0.2), CAP])
+    torch.testing.assert_close(batch["importance_sampling_ratio"][4, :width], expected, atol=1e-4, rtol=1e-4)
 
     loss = trainer.compute_loss(trainer.model, batch)
     loss.backward()
     assert torch.isfinite(loss) and any(p.grad is not None and p.grad.abs().sum() > 0
                                         for p in trainer.model.parameters())
+
+
+def test_the_steps_off_policy_figures_count_the_branch_rows_tokens(tiny_model, tmp_path):
+    """TRL measures the ratio and the logprob difference over its own rows; the figures logged are over every
+    row: here the main rows are on-policy (the trainer's own logprobs), so only the side call's tokens can
+    move them."""
+    own = model_logprobs(tiny_model, SIDE_PROMPT, SIDE_COMPLETION)
+    side = [logprob - off for logprob, off in zip(own, SIDE_OFF_POLICY, strict=True)]
+    records = [on_policy(tiny_model, with_side_call(0, 1.0, side)),
+               *(on_policy(tiny_model, scored(0, index, float(index % 2))) for index in (1, 2, 3))]
+    trainer = make_trainer(tiny_model, tmp_path, records)
+    batch = generate(trainer, records)
+    main = batch["importance_sampling_ratio"][:4][(batch["completion_mask"] * batch["tool_mask"])[:4].bool()]
+    torch.testing.assert_close(main, torch.ones_like(main), atol=1e-4, rtol=0)  # TRL's rows: nothing to correct
+
+    logged = {name: values[-1] for name, values in trainer._metrics["train"].items()}
+    ratios = [1.0] * 20 + [math.exp(0.5), math.exp(-0.2), CAP]  # 5 sampled tokens in each main row, 3 in the side call
+    assert logged["sampling/importance_sampling_ratio/max"] == pytest.approx(CAP, abs=1e-4)
+    assert logged["sampling/importance_sampling_ratio/min"] == pytest.approx(math.exp(-0.2), abs=1e-4)
+    assert logged["sampling/importance_sampling_ratio/mean"] == pytest.approx(sum(ratios) / len(ratios), abs=1e-4)
+    assert logged["sampling/sampling_logp_difference/max"] == pytest.approx(2.0, abs=1e-4)
+    assert logged["sampling/sampling_logp_difference/mean"] == pytest.approx(2.7 / 23, abs=1e-4)
+    assert logged[TRUNCATED_METRIC] == pytest.approx(1 / 23)  # the side call's last token hit the cap
+
+
+def on_policy(model_dir: Path, record: RolloutRecord) -> RolloutRecord:
+    """The record with its main chain's sampled logprobs set to the model's own (a span's logprobs are the
+    model's given everything before it: the prompt, and its completion so far)."""
+    spans = []
+    for span in record.spans:
+        if span.request_index in record.episode.chain:
+            logprobs = model_logprobs(model_dir, span.prompt_token_ids, span.completion_token_ids)
+            span = span.model_copy(update={"completion_logprobs": logprobs})
+        spans.append(span)
+    return record.model_copy(update={"spans": spans, "episode": build_episode(spans)})
 
 
 def test_the_batch_is_filled_to_split_evenly_and_a_masked_rollout_hands_over_no_branch(tiny_model, tmp_path):

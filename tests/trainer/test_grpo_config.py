@@ -11,6 +11,7 @@ import pytest
 import trl
 
 from tests.core.jobs import job, make_job_dir, write_job
+from veri.core.checks import PER_TOKEN_LOSSES, UNEVEN_LOSSES
 from veri.core.config import JobConfig, parse_config, read_config_file
 from veri.core.grpo import PASS_THROUGH, TRL_BATCH_DEFAULTS, VERI_KNOBS, VERI_OWNED, StepBatch
 from veri.core.layout import GpuInventory
@@ -134,3 +135,18 @@ def test_the_batch_veri_describes_is_the_one_trl_makes(tmp_path: Path):
         built = trl.GRPOConfig(**grpo, num_generations=rollouts_per_prompt, use_cpu=True, output_dir=str(tmp_path))
         assert built.world_size == 1 and built.generation_batch_size == batch.rollouts
         assert built.generation_batch_size // built.num_generations == batch.tasks
+
+
+def test_every_loss_type_of_the_installed_trl_is_noted_or_weighs_every_token_alike():
+    """The loss-type note (core/checks.py) covers every loss TRL's `_compute_loss` knows: those dividing by
+    the batch's trained tokens (`num_items_in_batch`) need none, every other one gets its note."""
+    import inspect
+    import re
+
+    source = inspect.getsource(trl.GRPOTrainer._compute_loss)
+    named = {name for clause in re.findall(r"self\.loss_type (?:==|in) (\[[^\]]+\]|\"[a-z_]+\")", source)
+             for name in re.findall(r"\"([a-z_]+)\"", clause)}
+    assert named == {*PER_TOKEN_LOSSES, *UNEVEN_LOSSES}
+    normalised_by_tokens = re.search(r"elif self\.loss_type in (\[[^\]]+\]):\n\s+# `num_items_in_batch`", source)
+    assert normalised_by_tokens is not None
+    assert set(re.findall(r"\"([a-z_]+)\"", normalised_by_tokens.group(1))) == set(PER_TOKEN_LOSSES)

@@ -7,15 +7,23 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from veri.core.policy_api import ServerProcess
+from veri.trainer.weights.served import ServedWeights
 from veri.trainer.weights.sync import HfWeightSync, PolicyVersions, WeightSyncError
 
 
 class FakeAdmin:
     """Versions like the hf server: the version the trainer names, else the next one."""
 
+    base_url = "http://policy:8000"
+
     def __init__(self, version: int = 0) -> None:
         self.version = version
         self.paths: list[str] = []
+        self.process = ServerProcess.new()
+
+    def server_process(self) -> ServerProcess:
+        return self.process
 
     def policy_version(self) -> int:
         return self.version
@@ -28,7 +36,8 @@ class FakeAdmin:
 
 
 def sync(admin: FakeAdmin, tmp_path, versions: PolicyVersions, lines: list[str]) -> HfWeightSync:
-    return HfWeightSync(admin, tmp_path, versions, report=lines.append, timing=lambda name, seconds: None)
+    served = ServedWeights([admin], lambda: [], report=lines.append)
+    return HfWeightSync(admin, tmp_path, versions, served, report=lines.append, timing=lambda name, seconds: None)
 
 
 def test_fresh_job_on_a_fresh_server_pushes_after_every_step(tmp_path):

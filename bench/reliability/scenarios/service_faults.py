@@ -82,7 +82,9 @@ class FaultReport:
     masked_infra: int = 0
     gave_up: int = 0  # harnesses that stopped retrying while the proxy restarted (masked harness_failed)
     late_spans: int = 0  # of masked rollouts: answered after the trainer read them (in the store, not the record)
-    stale_masked: int = 0  # sampled by the restarted policy server before it got the weights: policy_version_stale
+    # served by the restarted policy server before it got the weights again (policy_server_restarted; on hf its
+    # spans carry version 0 too: policy_version_stale)
+    stale_masked: int = 0
     restarts: dict[str, float] = field(default_factory=dict)  # service -> seconds until healthy again
     outage: Any = None  # dockerd_outage.Outage of the dockerd step
     dockerd_step: dict[str, int] = field(default_factory=dict)  # that step's rollouts by status
@@ -453,8 +455,8 @@ def check_archive(report: FaultReport, job_dir: Path, outputs: Path, control: An
                                        f" {[v.message for v in record.verdicts]}; stderr {stderr[-600:]!r}")
             report.masked_infra += infra
         elif record.policy_step == FAULTS.index("policy") and any(
-                v.rule.value == "policy_version_stale" for v in record.verdicts):
-            report.stale_masked += 1  # the restarted server's version-0 samples: masked, never trained on
+                v.rule.value in ("policy_server_restarted", "policy_version_stale") for v in record.verdicts):
+            report.stale_masked += 1  # what the restarted server served: masked, never trained on
         elif record.reward is None or not record.trainable:
             report.problems.append(f"{where}: completed but not trained: {[v.rule.value for v in record.verdicts]}")
         calls = outputs / record.rollout_id / "calls"
@@ -585,7 +587,7 @@ def run(quick: bool) -> dict[str, Any]:
                      f"{report.gave_up} gave up on the proxy, {report.masked_infra} masked as "
                      f"infrastructure_error ({report.late_spans} spans "
                      f"answered after their session closed: in the store only), {report.stale_masked} masked as "
-                     f"policy_version_stale (the restarted policy's own weights), the rest trained; resumed "
+                     f"policy_server_restarted (served by the restarted policy), the rest trained; resumed "
                      f"from checkpoint {FAULTS.index('trainer')}; disk full: stopped naming the volume, nothing torn; "
                      f"{report.seconds:.0f} s"}
 

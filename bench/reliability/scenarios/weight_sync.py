@@ -120,7 +120,7 @@ def push(policy_url: str, path: Path, version: int) -> float:
     started = time.monotonic()
     reply = httpx.post(f"{policy_url}/update_weights", json={"path": str(path), "policy_version": version},
                        timeout=600)
-    if reply.json() != {"policy_version": version}:
+    if reply.status_code != 200 or reply.json().get("policy_version") != version:
         raise RuntimeError(f"the policy answered {reply.status_code} {reply.text[:300]} to version {version}")
     return time.monotonic() - started
 

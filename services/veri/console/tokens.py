@@ -89,7 +89,7 @@ class TokenView:
 def token_view(record: RolloutRecord, decoder: TokenDecoder | None, number: int = 1) -> TokenView:
     """Row `number` of the record (1: the one ending at the final answer; 2..: its branches)."""
     episode = record.episode
-    rejecting = sorted({str(v.rule) for v in record.verdicts if v.effect == "reject"})
+    rejecting = sorted({str(v.rule) for v in record.verdicts if v.effect in ("reject", "mask")})
     why = "" if record.trainable else (
         f"not trained: {', '.join(rejecting)}" if rejecting else "not trained: the rollout has no reward")
     rows = _rows(record)

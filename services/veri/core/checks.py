@@ -199,18 +199,30 @@ def _evals(config: JobConfig, context: CheckContext) -> list[Problem]:
     return []
 
 
-# TRL loss types that average each row's tokens before the batch mean: a rollout with several rows
-# (sub-agents, side calls: docs/branches.md) then weighs more than one with a single row.
-_PER_ROW_LOSSES = ("grpo", "sapo", "luspo")
+# TRL 1.16's loss types that do not weigh every trained token of the generation batch the same, and what
+# that does when a rollout is trained as several rows (sub-agents, side calls, compaction: docs/branches.md).
+# dapo (veri's default), cispo and vespo divide by the batch's trained tokens: each token weighs the same.
+PER_TOKEN_LOSSES = ("dapo", "cispo", "vespo")
+_AVERAGED_PER_ROW = ("averages each row's tokens first, so a rollout trained as several rows weighs by its rows,"
+                     " not by its sampled tokens")
+_DIVIDED_BY_ROWS = ("so every row, branch rows and empty filler rows included, lowers every token's weight: the"
+                    " more the harnesses branch, the smaller the step")
+UNEVEN_LOSSES = {
+    "grpo": _AVERAGED_PER_ROW,
+    "sapo": _AVERAGED_PER_ROW,
+    "luspo": f"sums each row's tokens and averages over the micro-batch's rows, {_DIVIDED_BY_ROWS}",
+    "dr_grpo": f"divides each micro-batch by its rows times max_completion_length, {_DIVIDED_BY_ROWS}",
+    "bnpo": "divides by the trained tokens of each micro-batch, not of the generation batch: a rollout's"
+            " tokens weigh by whichever micro-batch they were shuffled into, and its branch rows change those counts",
+}
 
 
 def _loss_type(config: JobConfig, context: CheckContext) -> list[Problem]:
     loss = config.grpo.get("loss_type")
-    if loss in _PER_ROW_LOSSES:
+    if loss in UNEVEN_LOSSES:
         context.notes.append(
-            f"grpo.loss_type {loss} averages each row's tokens first: a rollout whose harness branches (sub-agents,"
-            " side calls, compaction) is trained as several rows and weighs more than one with a single row;"
-            " dapo (TRL's default, which veri keeps) weighs every sampled token the same")
+            f"grpo.loss_type {loss} {UNEVEN_LOSSES[loss]} (harnesses that branch: sub-agents, side calls,"
+            " compaction); dapo (TRL 1.16's default, which veri keeps) weighs every sampled token of the batch the same")
     return []
 
 

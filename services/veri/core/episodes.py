@@ -63,11 +63,14 @@ class Rule(StrEnum):
     RESPONSE_TRUNCATED = "response_truncated"
     REWARD_ERROR = "reward_error"
     POLICY_VERSION_STALE = "policy_version_stale"
+    POLICY_SERVER_RESTARTED = "policy_server_restarted"
+    COMPLETION_TRUNCATED = "completion_truncated"
 
 
 class Effect(StrEnum):
     REJECT = "reject"  # masked out of the loss; the group's other members keep their advantages
     DEGRADE = "degrade"  # trained, but on less than the whole rollout
+    MASK = "mask"  # left out of the loss, its reward still in its group's baseline (TRL's truncated completions)
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,22 @@ RULES: dict[Rule, RuleSpec] = {
         " server that restarted: nothing, the trainer pushes its weights again; if it keeps happening, give"
         " the job its own policy server",
     ),
+    Rule.POLICY_SERVER_RESTARTED: RuleSpec(
+        Effect.REJECT,
+        "a span was served by a policy server between its restart and the job's next weight update: the"
+        " server came back with its model folder's weights, not the version the span carries (vLLM's spans"
+        " carry the version the trainer announced), so it is not trained",
+        "nothing, if it is rare: the next weight update loads the job's weights into the server again; if the"
+        " server keeps restarting, its log (`make logs`) says why (out of memory, a crash)",
+    ),
+    Rule.COMPLETION_TRUNCATED: RuleSpec(
+        Effect.MASK,
+        "a row of the rollout ends before the policy finished it (its last call cut at the token limit, or the"
+        " row at max_response_length) and the job sets grpo.mask_truncated_completions: none of the rollout's"
+        " rows is trained, its reward still counts in its group's baseline (as TRL does with that flag)",
+        "nothing, if that is what the job asks for; to train these rollouts, raise sampling.max_tokens or"
+        " max_response_length (or unset mask_truncated_completions)",
+    ),
 }
 
 
@@ -189,6 +208,7 @@ class EpisodeSpan(BaseModel):
     prompt_source: str | None = None
     bridged_from: int | None = None
     finish_reason: str | None = None
+    stop_sequence: str | None = None
     messages: list[dict[str, Any]] = Field(default_factory=list)
     reply_message: dict[str, Any] = Field(default_factory=dict)
     tool_call_failures: list[dict[str, Any]] = Field(default_factory=list)
@@ -377,6 +397,27 @@ def truncate_episode(episode: Episode, max_length: int) -> Episode:
     if len(verdicts) == len(episode.verdicts):
         return episode
     return episode.model_copy(update={**update, "branches": branches, "verdicts": verdicts})
+
+
+def unfinished_rows(episode: Episode, spans: Iterable[Any]) -> list[str]:
+    """Each row of the rollout that ends before the policy finished it, in words ([] when none does).
+
+    A row ends unfinished when its last call was cut by the policy (finish_reason `length`, or another cut
+    such as vLLM's repetition stop) or when the row was cut at max_response_length (`response_truncated`).
+    A reply the client's own stop sequence ended is finished (`stop_sequence`: the proxy cut the ids there
+    on the client's word), though its last token is no EOS. TRL's `mask_truncated_completions` asks this
+    of the one row in its slot, by its last token; veri asks it of every row of the rollout.
+    """
+    by_index = {span.request_index: span for span in as_episode_spans(spans)}
+    ends = [("the row", episode.chain)] if episode.row is not None else []
+    ends += [(f"the {b.kind} row from span {b.spans[0]}", b.spans) for b in episode.branches if b.row is not None]
+    found = []
+    for which, chain in ends:
+        last = by_index.get(chain[-1]) if chain else None
+        if last is not None and last.finish_reason not in (None, "stop") and last.stop_sequence is None:
+            found.append(f"{which} ends with span {last.request_index}, which the policy cut"
+                         f" (finish_reason {last.finish_reason})")
+    return found + [v.message for v in episode.verdicts if v.rule == Rule.RESPONSE_TRUNCATED]
 
 
 def _cut(row: TrainingRow, max_length: int, which: str) -> tuple[TrainingRow, Verdict]:

@@ -16,6 +16,8 @@ What vLLM 0.31 may send back (vllm/v1/engine/__init__.py `FinishReason`, entrypo
 
 from __future__ import annotations
 
+import time
+import uuid
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -95,7 +97,23 @@ class UpdateWeightsRequest(BaseModel):
     )
 
 
+class ServerProcess(BaseModel):
+    """The process serving the policy: an id it makes when it starts, and when that was (unix s). A policy
+    server that answers another id than before has restarted: it serves its model folder's weights until
+    the trainer gives it the job's again (`trainer/weights/served.py`). vLLM's workers answer the same
+    (`policy/vllm/worker.py`, `veri_server_process`)."""
+
+    id: str
+    started_at: float
+
+    @classmethod
+    def new(cls) -> ServerProcess:
+        return cls(id=uuid.uuid4().hex, started_at=time.time())
+
+
 class PolicyVersionResponse(BaseModel):
     """`GET /policy_version`, and the answer to `POST /update_weights` (hf backend)."""
 
     policy_version: int
+    process: ServerProcess | None = Field(default=None, description="the server's process (None: a server that"
+                                          " does not say)")

@@ -95,6 +95,10 @@ class Span(BaseModel):
         default=False, description="the policy returned no logprobs (or a null among them): not trainable"
     )
     finish_reason: str = Field(description="the policy's finish reason as sent: stop | length | repetition")
+    stop_sequence: str | None = Field(
+        default=None, description="the client's stop sequence that ended the reply: the completion ids were cut"
+        " just after it (the reply is finished, whatever the policy's finish_reason)",
+    )
     policy_version: int
     policy_version_end: int | None = Field(
         default=None, description="the version announced when the call ended, when the weights were updated while"

@@ -71,7 +71,12 @@ class RolloutRecord(BaseModel):
 
     @property
     def trainable(self) -> bool:
-        """Used in the loss: a row exists, no rule rejected it, and it has a reward."""
+        """Used in the loss: its reward counts (`rewarded`) and no rule masked it (`completion_truncated`)."""
+        return self.rewarded and not any(verdict.effect == Effect.MASK for verdict in self.verdicts)
+
+    @property
+    def rewarded(self) -> bool:
+        """Its reward counts in its group's baseline: a row exists, no rule rejected it, and it has a reward."""
         if any(verdict.effect == Effect.REJECT for verdict in self.verdicts) or self.episode.row is None:
             return False
         return self.reward is not None and self.reward.reward is not None

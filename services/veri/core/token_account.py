@@ -4,7 +4,7 @@
 
 S counts every span's completion (a span without ids counts the usage its response reported), T the
 sampled tokens of the rollout's rows (`Episode.rows`) when it is trainable. Dropped tokens carry a rule's
-name: the rule that masked the rollout (all S), `response_truncated` (cut at max_response_length), or
+name: the rule that rejected or masked the rollout (all S), `response_truncated` (cut at max_response_length), or
 `history_rewritten` (a record written before branches, whose off-chain spans were left out).
 `veri debug`, the step metrics (`tokens/dropped_fraction`) and the console read the same account.
 """
@@ -50,7 +50,8 @@ def token_account(
     total = sum(sampled.values())
     if not trainable:
         rejects = [v.rule.value for v in verdicts if v.effect == Effect.REJECT]
-        reason = rejects[0] if rejects else "not_scored"
+        masks = [v.rule.value for v in verdicts if v.effect == Effect.MASK]
+        reason = (rejects or masks or ["not_scored"])[0]
         return TokenAccount(sampled=total, trained=0, dropped={reason: total} if total else {})
     trained = sum(sum(row.env_mask) for row in episode.rows)
     in_rows = {*episode.chain, *(index for branch in episode.branches for index in branch.spans)}

@@ -28,6 +28,7 @@ from veri.core.episodes import (
     Episode,
     EpisodeSpan,
     RolloutStatus,
+    Rule,
     TrainingRow,
     Verdict,
     as_episode_spans,
@@ -124,7 +125,7 @@ def explain(record: dict[str, Any], decoder: Decoder | None = None) -> str:
     spans = as_episode_spans(record["spans"])
     decoder = _SafeDecoder(decoder) if decoder is not None else None
     episode = build_episode(spans, status, exit_code=record.get("exit_code"), decoder=decoder)
-    verdicts = [*episode.verdicts, *_recorded_reward_verdicts(record)]
+    verdicts = [*episode.verdicts, *_recorded_trainer_verdicts(record), *_recorded_reward_verdicts(record)]
     lines = [_header(record, status)]
     dropped = _hosted_tools_by_span(record["spans"])
     for span in spans:
@@ -250,9 +251,13 @@ def _failure_kinds(spans: list[EpisodeSpan]) -> str:
 def _result(episode: Episode, verdicts: list[Verdict], spans: list[EpisodeSpan]) -> list[str]:
     """The outcome, each row (the final answer's first, then the branches with how they began), the tokens."""
     rejecting = sorted({str(v.rule) for v in verdicts if v.effect == Effect.REJECT})
-    trainable = not rejecting and episode.row is not None
+    masking = sorted({str(v.rule) for v in verdicts if v.effect == Effect.MASK})
+    trainable = not rejecting and not masking and episode.row is not None
     account = token_account(episode, {s.request_index: sampled_tokens(s.completion_token_ids) for s in spans},
                             verdicts, trainable=trainable).line()
+    if masking and not rejecting and episode.row is not None:
+        return [f"result: MASKED ({', '.join(masking)}): out of the loss, its reward still in its group's baseline",
+                account]
     if not trainable:
         return [f"result: REJECTED ({', '.join(rejecting) or 'no trainable chain'}): masked out of the loss", account]
     rows = episode.rows
@@ -276,6 +281,25 @@ def _row_sizes(row: TrainingRow) -> str:
     sampled = sum(row.env_mask)
     return (f"prompt {len(row.prompt_ids)} tokens, completion {len(row.completion_ids)} ({sampled} sampled,"
             f" {len(row.completion_ids) - sampled} environment)")
+
+
+# Rules the trainer's rollout function applies (they need the step, the policy servers, the job's settings),
+# so the walk reads them from the record instead of applying them again.
+TRAINER_RULES = (Rule.POLICY_VERSION_STALE, Rule.POLICY_SERVER_RESTARTED, Rule.COMPLETION_TRUNCATED)
+
+
+def _recorded_trainer_verdicts(record: dict[str, Any]) -> list[Verdict]:
+    episode = record.get("episode")
+    found = episode.get("verdicts") if isinstance(episode, dict) else None
+    verdicts = []
+    for item in found if isinstance(found, list) else []:
+        try:
+            verdict = Verdict.model_validate(item)
+        except ValidationError:
+            continue  # a foreign record's own shape: nothing veri can explain
+        if verdict.rule in TRAINER_RULES:
+            verdicts.append(verdict)
+    return verdicts
 
 
 def _recorded_reward_verdicts(record: dict[str, Any]) -> list[Verdict]:

@@ -134,6 +134,7 @@ class CaptureService:
             completion_logprobs=sample.completion_logprobs,
             logprobs_absent=sample.completion.logprobs_absent,
             finish_reason=sample.completion.finish_reason,
+            stop_sequence=sample.stop_sequence,
             policy_version=self._version(sample.completion),
             policy_version_end=sample.completion.policy_version_end,
             replica=self.policy.replica(sample.session.replica).index,

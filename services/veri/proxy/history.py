@@ -7,9 +7,10 @@ arguments re-serialised), so messages are compared in a canonical form that keep
 the chat template renders and drops what it does not (ids, cache hints, reasoning the client
 may or may not send back — the sampled reasoning is kept verbatim in the bridged ids anyway).
 
-A *retry* is the same request sent again (an SDK's retry after its timeout or a 5xx): same route,
+A *retry* is the same request sent again and marked so by the client (an SDK's retry after its timeout,
+a dropped connection or a 5xx carries `x-stainless-retry-count` >= 1; an idempotency key): same route,
 same body. `request_key` identifies one; the capture path answers a retry from the earlier call's
-span instead of sampling a second, different continuation.
+span instead of sampling a second, different continuation. An unmarked resend is a new call.
 """
 
 from __future__ import annotations
@@ -111,27 +112,39 @@ def first_difference(earlier: list[dict[str, Any]], later: list[dict[str, Any]])
     return "the tools or chat-template settings differ"
 
 
-# The OpenAI and Anthropic SDKs (Python and TypeScript: Claude Code too) number each try of a call.
+# The OpenAI and Anthropic SDKs (Python and TypeScript: Claude Code too) number each try of a call: 0 on the
+# first, then 1, 2, ... on the retries they make themselves (after a timeout, a dropped connection, a 408,
+# 409, 429 or 5xx). The same request resent with no such mark is a new call: a harness that asks again on
+# purpose gets a new sample.
 RETRY_COUNT_HEADER = "x-stainless-retry-count"
+# A client that names its call: every try of it carries the same key (neither SDK sends one by default).
+IDEMPOTENCY_HEADER = "idempotency-key"
 
 
 @dataclass(frozen=True)
 class RequestIdentity:
-    """What recognises a client's retry: its route + body, and the retry count the client sent."""
+    """What recognises a client's retry: its route + body (+ its idempotency key), and how the client
+    marked it: a retry count, an idempotency key."""
 
     key: str
     client_retry_count: int | None  # None: the client sent none
+    idempotency_key: str | None = None
 
     @classmethod
     def of(cls, path: str, body: dict[str, Any], headers: Mapping[str, str]) -> RequestIdentity:
         count = headers.get(RETRY_COUNT_HEADER, "")
-        return cls(request_key(path, body), int(count) if count.isdigit() else None)
+        named = headers.get(IDEMPOTENCY_HEADER) or None
+        key = request_key(path, body)
+        if named is not None:
+            key = hashlib.blake2b(f"{key}\n{named}".encode(), digest_size=16).hexdigest()
+        return cls(key, int(count) if count.isdigit() else None, named)
 
     @property
     def may_be_retry(self) -> bool:
-        """A count of 0 is the client's word that this is a new call, even with a body it sent before
-        (a harness that asks again on purpose): only then is a same-body request sampled afresh."""
-        return self.client_retry_count != 0
+        """Only what the client marks as a retry is answered from an earlier try: a retry count of 1 or
+        more, or an idempotency key (sent again with the same body). Anything else is sampled, even with a
+        body it sent before: a harness asking again on purpose must get a new sample, not the old reply."""
+        return (self.client_retry_count or 0) >= 1 or self.idempotency_key is not None
 
 
 def request_key(path: str, body: dict[str, Any]) -> str:

@@ -25,6 +25,7 @@ from veri.rollouts.stack import check_reachable, launch_settings, rollout_runner
 from veri.trainer.archive import ArchiveLayout, JobArchive, latest_checkpoint, prepare_resume
 from veri.trainer.errors import JobError
 from veri.trainer.gpu_stack import gpu_stack_problems
+from veri.trainer.grpo.config import masks_truncated
 from veri.trainer.grpo.rewards import trl_reward_funcs
 from veri.trainer.grpo.rollout_func import HarnessRollouts
 from veri.trainer.grpo.rows import MaskedRow
@@ -38,9 +39,10 @@ from veri.trainer.timeline.recorder import StepTimeline, TrainerPhases, running_
 from veri.trainer.ui.bars import TrainingBars, use_bars
 from veri.trainer.ui.progress import StepMetricsCallback, StepProgress
 from veri.trainer.weights.policy_admin import PolicyAdmin
+from veri.trainer.weights.served import ServedWeights, ServerProbe
 from veri.trainer.weights.sync import HfWeightSync, PolicyVersions, PushedAfterEachStep, announce_version
 from veri.trainer.weights.vllm_admin import VllmAdmin
-from veri.trainer.weights.vllm_sync import FilesystemSync, PausedSync, TimedSync, release_held
+from veri.trainer.weights.vllm_sync import AnnouncedSync, FilesystemSync, PausedSync, TimedSync, release_held
 
 
 def run_job(config: JobConfig, options: TrainOptions) -> Path:
@@ -89,9 +91,11 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
     timeline = StepTimeline(archive.write_timeline, running=running_calls(collector, control))
     progress, versions = StepProgress(watched_archive, display=display, timeline=timeline), PolicyVersions()
     callbacks: list[Any] = [TrainerPhases(timeline)]
+    served = _served_weights(config, options, control, archive)
     if config.backend == Backend.HF:
         admin = PolicyAdmin(options.policy_urls[0], token=options.control_token)
-        callbacks.append(HfWeightSync(admin, folders.weights, versions, report=archive.log, timing=progress.timing))
+        callbacks.append(HfWeightSync(admin, folders.weights, versions, served, report=archive.log,
+                                      timing=progress.timing))
     reward_funcs, reward_weights = trl_reward_funcs(functions)
     with RewardScorer(functions, config.reward_timeout_s) as scorer:
         periodic = None
@@ -103,9 +107,8 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
         rollouts = HarnessRollouts(
             tasks=tasks, collector=collector, scorer=scorer, archive=archive, progress=progress, versions=versions,
             masked=MaskedRow(pad_id=tokenizer.pad_token_id, eos_id=tokenizer.eos_token_id),
-            max_parallel_rollouts=config.max_parallel_rollouts,
-            announce_to=control if config.backend == Backend.VLLM else None,
-            max_staleness=config.max_staleness, max_steps=config.max_steps,
+            max_parallel_rollouts=config.max_parallel_rollouts, served=served,
+            max_staleness=config.max_staleness, max_steps=config.max_steps, mask_truncated=masks_truncated(config),
         )
         args = grpo_config_kwargs(config, output_dir=folders.checkpoints, reward_weights=reward_weights, plan=plan,
                                   policy_url=options.policy_urls[0])
@@ -119,11 +122,15 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
             periodic.trainer = trainer
         if plan is None:
             seat_weight_sync(trainer, PushedAfterEachStep())  # TRL's off-policy correction, on the hf backend too
-        sleeper = _attach_vllm_sync(trainer, plan, options, folders, archive, progress) if plan else None
+        sleeper = None
+        if plan is not None:
+            sleeper = _attach_vllm_sync(trainer, plan, options, folders, archive, progress)
+            trainer.vllm_generation = AnnouncedSync(trainer.vllm_generation, trainer, served=served,
+                                                    announce=lambda step: announce_version(control, step))
         if sleeper is not None and plan is not None and plan.sleep_mode:
             rollouts.after_rollouts = sleeper.sleep
         if config.max_staleness:
-            _go_async(trainer, rollouts, plan, options, control, progress, len(tasks))
+            _go_async(trainer, rollouts, plan, options, progress, len(tasks), sleeper)
         use_bars(trainer, bars)
         try:
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
@@ -136,19 +143,29 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
 
 
 def _go_async(trainer: Any, rollouts: HarnessRollouts, plan: GpuLayout | None, options: TrainOptions,
-              control: ControlClient, progress: StepProgress, n_tasks: int) -> None:
+              progress: StepProgress, n_tasks: int, filesystem: FilesystemSync | None) -> None:
     """max_staleness >= 1: groups run across steps (`rollouts.producer`), and a vLLM policy is paused,
-    not drained, while its weights move (`weights.vllm_sync.PausedSync`, which announces the version)."""
+    not drained, while its weights move and the version is announced (`weights.vllm_sync.PausedSync`)."""
     rollouts.group_size = trainer.num_generations
     rollouts.groups_per_step = trainer.args.generation_batch_size // trainer.num_generations
     rollouts.schedule = GroupSchedule(n_tasks, seed=trainer.args.seed)
     if plan is None:
         return
-    if isinstance(trainer.vllm_generation, FilesystemSync):
-        trainer.vllm_generation.paused = True
+    if filesystem is not None:
+        filesystem.paused = True
     servers = [VllmAdmin(url, timeout_s=options.weight_sync_timeout_s) for url in options.policy_urls]
-    trainer.vllm_generation = PausedSync(trainer.vllm_generation, servers, trainer,
-                                         announce=lambda step: announce_version(control, step), timing=progress.timing)
+    trainer.vllm_generation = PausedSync(trainer.vllm_generation, servers, trainer, timing=progress.timing)
+
+
+def _served_weights(config: JobConfig, options: TrainOptions, control: ControlClient,
+                    archive: JobArchive) -> ServedWeights:
+    """Which process serves each policy server, noted at each weight update and asked before scoring."""
+    probes: list[ServerProbe]
+    if config.backend == Backend.HF:
+        probes = [PolicyAdmin(options.policy_urls[0], token=options.control_token)]
+    else:
+        probes = [VllmAdmin(url, timeout_s=options.weight_sync_timeout_s) for url in options.policy_urls]
+    return ServedWeights(probes, control.replicas, report=archive.log)
 
 
 def _plan(config: JobConfig) -> GpuLayout:

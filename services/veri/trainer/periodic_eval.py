@@ -32,7 +32,9 @@ EVAL_PREFIX = "eval/"
 
 def sync_now(trainer: Any) -> None:
     """The weights to the policy now, as TRL does before its next generation (which then skips it): with
-    vLLM TRL syncs at the start of a step, the hf backend has pushed them already (its callback)."""
+    vLLM TRL syncs at the start of a step, through the seat that also announces the version to the proxy
+    (`weights.vllm_sync.AnnouncedSync`: the eval's spans carry the version evaluated); the hf backend has
+    pushed them already (its callback)."""
     if trainer.state.global_step != trainer._last_loaded_step:
         trainer.vllm_generation.sync_weights()
         trainer._last_loaded_step = trainer.state.global_step

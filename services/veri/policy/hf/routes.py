@@ -62,7 +62,7 @@ async def health() -> Response:
 
 @router.get("/policy_version")
 async def policy_version(request: Request) -> PolicyVersionResponse:
-    return PolicyVersionResponse(policy_version=_batcher(request).policy_version)
+    return PolicyVersionResponse(policy_version=_batcher(request).policy_version, process=request.app.state.process)
 
 
 def require_control(request: Request) -> None:
@@ -77,7 +77,8 @@ def require_control(request: Request) -> None:
 async def update_weights(body: UpdateWeightsRequest, request: Request) -> PolicyVersionResponse:
     update = await asyncio.to_thread(read_update, Path(body.path), _model(request).model)
     update = dataclasses.replace(update, version=body.policy_version)
-    return PolicyVersionResponse(policy_version=await _batcher(request).update_weights(update))
+    return PolicyVersionResponse(policy_version=await _batcher(request).update_weights(update),
+                                 process=request.app.state.process)
 
 
 @router.get("/stats")

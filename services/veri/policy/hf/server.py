@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from veri.core.logging import AccessLog, configure_service_logging
+from veri.core.policy_api import ServerProcess
 from veri.policy.hf.batcher import Batcher
 from veri.policy.hf.errors import PolicyError, error_body, error_response
 from veri.policy.hf.loader import load_model
@@ -64,6 +65,7 @@ def _build_state(app: FastAPI, settings: PolicySettings) -> None:
         log.warning("scripted replies on (test-only)", script=str(settings.scripted_replies), rules=len(scripted.rules))
     app.state.settings = settings
     app.state.started = int(time.time())
+    app.state.process = ServerProcess.new()  # a restarted server answers another id (trainer/weights/served.py)
     app.state.model = model
     app.state.batcher = batcher
     app.state.serving = CompletionServing(

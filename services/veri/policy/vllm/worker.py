@@ -9,6 +9,9 @@ The `filesystem` weight sync (trainer/weights/vllm_sync.py) calls it through vLL
                                  the folder's fingerprint and what it re-tied.
     veri_loaded_weights()        the folder and fingerprint this worker last loaded; None since it
                                  started (it serves the model folder's weights: a restarted server)
+    veri_server_process()        {"id", "started_at"}: an id this worker process made when it started,
+                                 and when; another id than before means the server restarted, whichever
+                                 sync (filesystem or TRL's NCCL) loaded it (trainer/weights/served.py)
 
 Why: a tied lm_head (`ParallelLMHead.tie_weights`: lm_head.weight *is* embed_tokens.weight) is not
 in the checkpoint, so vLLM 0.31's layerwise reload loads and processes only embed_tokens ("tied
@@ -26,10 +29,15 @@ Runs inside vLLM's worker processes: imports only the standard library and torch
 from __future__ import annotations
 
 import hashlib
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import torch
+
+# This worker process, from when vLLM imported the extension (before it loaded the model's weights).
+PROCESS = {"id": uuid.uuid4().hex, "started_at": time.time()}
 
 
 class WeightReloadExtension:
@@ -48,6 +56,9 @@ class WeightReloadExtension:
 
     def veri_loaded_weights(self) -> dict[str, Any] | None:
         return getattr(self, "_veri_loaded", None)
+
+    def veri_server_process(self) -> dict[str, Any]:
+        return dict(PROCESS)
 
 
 def shared_parameters(model: torch.nn.Module) -> list[list[str]]:

@@ -2,6 +2,7 @@
 
     job_grpo_kwargs     veri's knobs (core.grpo's knob table: the job's name wins), the backend's
                         defaults, then the `grpo:` pass-through coerced to GRPOConfig's field types
+                        (but mask_truncated_completions, which veri applies per rollout: `masks_truncated`)
     lora_config_kwargs  `LoraConfig` kwargs, or None for a full fine-tune
 
 veri.trainer.grpo.setup adds what only a running job knows (the checkpoint folder, the reward weights,
@@ -53,11 +54,22 @@ def knob_kwargs(config: JobConfig) -> dict[str, Any]:
     return {**BACKEND_DEFAULTS[config.backend], **CORRECTION, **knobs}
 
 
+# Applied per rollout by veri (`masks_truncated`, the rollout function's `completion_truncated` rule), so
+# TRL's own per-row check stays off: it would mask only the row in its slot, by its last token (a reply the
+# client's stop sequence ended looks truncated to it), and train the rollout's other rows.
+MASK_TRUNCATED = "mask_truncated_completions"
+
+
 def job_grpo_kwargs(config: JobConfig) -> dict[str, Any]:
     """kwargs for `trl.GRPOConfig` from the job (setup adds `output_dir`, the reward weights, the server)."""
     types = grpo_field_types()
     passed = {key: TypeAdapter(types[key]).validate_python(value) for key, value in config.grpo.items()}
-    return {**knob_kwargs(config), **passed}
+    return {**knob_kwargs(config), **passed, MASK_TRUNCATED: False}
+
+
+def masks_truncated(config: JobConfig) -> bool:
+    """The job's `grpo.mask_truncated_completions`: leave a rollout with an unfinished row out of the loss."""
+    return bool(TypeAdapter(bool).validate_python(config.grpo.get(MASK_TRUNCATED, False)))
 
 
 def lora_config_kwargs(config: JobConfig) -> dict[str, Any] | None:

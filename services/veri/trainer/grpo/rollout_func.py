@@ -4,11 +4,17 @@
 
 TRL 1.16 calls it once per generation batch with the batch's prompts, each task key repeated
 num_generations times in a row (`rollouts.tasks`), and wants one completion per prompt, in order. Here:
-  1. (vLLM) announce policy version = global_step to the proxy: TRL has just synced the weights;
+  1. (vLLM) TRL has just synced the weights, and the sync announced version = global_step to the proxy
+     (`weights.vllm_sync.AnnouncedSync`);
   2. every group runs at once (`rollouts.collect.GroupCollector`), at most max_parallel_rollouts sandboxes
      over the batch; Ctrl-C / SIGTERM cancels them, which removes every sandbox, and then raises
      KeyboardInterrupt (`ui.interrupt.run_until_stopped`): nothing of the step is archived;
-  3. each record that no rule rejected is scored (`rewards.scoring.RewardScorer`, all at once);
+  2b. a rollout with a span another policy version sampled (`policy_version_stale`), or one a policy server
+     served after it restarted with its model folder's weights (`policy_server_restarted`: each server is
+     asked which process serves, `weights.served.ServedWeights`), is rejected before scoring;
+  3. each record that no rule rejected is scored (`rewards.scoring.RewardScorer`, all at once); with
+     grpo.mask_truncated_completions, a scored record with an unfinished row is masked whole
+     (`completion_truncated`: left out of the loss, its reward kept in its group's baseline);
   4. every record is written to the archive under step = global_step, before any training on it;
   5. the step's records and timings go to `ui.progress` (metrics once the optimizer step is done);
   6. the records become TRL's rows (`rows.rollout_output`: masked records add nothing to the loss
@@ -21,7 +27,7 @@ number: which task each runs is the producer's schedule), drops any whose oldest
 versions older than the weights being trained (archived under the step with `policy_version_stale`,
 counted in `rollouts/stale_dropped`) and records each kept rollout's `staleness`. TRL's importance
 ratio (trainer / sampler probability per token, truncated at `importance_sampling_cap`) corrects the
-off-policy tokens; the version announcement happens inside the paused weight update instead.
+off-policy tokens; the version announcement happens inside the paused weight update.
 """
 
 from __future__ import annotations
@@ -33,10 +39,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from veri.core.episodes import Rule, Verdict
+from veri.core.episodes import Rule, Verdict, unfinished_rows
 from veri.core.rollouts import RolloutRecord
 from veri.launcher.group import gather_to_the_end
-from veri.proxy.control_client import ControlClient
 from veri.rewards import RewardInputs, RewardScorer
 from veri.rollouts.collect import CollectedRollout, GroupCollector
 from veri.trainer.grpo.rows import MaskedRow, rollout_output
@@ -44,7 +49,8 @@ from veri.trainer.rollouts.producer import FinishedGroup, GroupProducer, GroupSc
 from veri.trainer.rollouts.tasks import TaskGroup, task_groups
 from veri.trainer.ui.interrupt import run_until_stopped
 from veri.trainer.ui.progress import StepProgress
-from veri.trainer.weights.sync import PolicyVersions, announce_version
+from veri.trainer.weights.served import ServedWeights
+from veri.trainer.weights.sync import PolicyVersions
 
 
 class RolloutArchive(Protocol):
@@ -63,9 +69,10 @@ class HarnessRollouts:
     versions: PolicyVersions
     masked: MaskedRow
     max_parallel_rollouts: int
-    announce_to: ControlClient | None = None  # vLLM: the proxy to announce versions to
+    served: ServedWeights | None = None  # which policy servers restarted since they got the job's weights
     after_rollouts: Callable[[int], None] | None = None  # vllm_sleep_mode: the policy sleeps until the next sync
     max_staleness: int = 0
+    mask_truncated: bool = False  # grpo.mask_truncated_completions, per rollout (`completion_truncated`)
     group_size: int = 0  # max_staleness >= 1: the rollouts of a group (TRL's num_generations)
     max_steps: int = 0  # max_staleness >= 1: no group is started for a step past the last
     groups_per_step: int = 1  # max_staleness >= 1: TRL's generation batch / num_generations
@@ -106,15 +113,14 @@ class HarnessRollouts:
         if self.schedule is not None and self.producer is None:
             self.start_producer(first_step=step)
         if self.producer is None:
-            if self.announce_to is not None:
-                announce_version(self.announce_to, step)
             collected, extra, dropped = self._run_step(step, task_groups(prompts, trainer.num_generations)), {}, []
-        else:  # max_staleness >= 1: the announcement is the sync's (`weights.vllm_sync.PausedSync`)
+        else:
             collected, extra, dropped = self._take_step(step, len(prompts) // trainer.num_generations)
         rolled = time.monotonic()
         collected = [self._reject_stale(step, rollout) for rollout in collected]
+        collected = self._reject_restarted(step, collected)
         logged: dict[str, list[float]] = {}
-        records = self._score(collected, trainer.state, logged)
+        records = [self._mask_truncated(record) for record in self._score(collected, trainer.state, logged)]
         scored = time.monotonic()
         for record, rollout in zip(records, collected, strict=True):
             self.archive.write_rollout(step, record, harness_log=harness_log(rollout))
@@ -225,8 +231,7 @@ class HarnessRollouts:
         """A rollout with a span another policy version sampled is masked (`policy_version_stale`), never
         trained on as if the step's policy had written it."""
         expected = self.versions.expected(step)
-        stale = [s for s in rollout.record.spans
-                 if s.policy_version is not None and not 0 <= expected - s.policy_version <= self.max_staleness]
+        stale = [s for s in rollout.record.spans if not 0 <= expected - s.policy_version <= self.max_staleness]
         if not stale:
             return rollout
         verdict = Verdict.of(Rule.POLICY_VERSION_STALE,
@@ -236,6 +241,51 @@ class HarnessRollouts:
                              versions=sorted({s.policy_version for s in stale}))
         episode = rollout.record.episode.model_copy(update={"verdicts": [*rollout.record.episode.verdicts, verdict]})
         return dataclasses.replace(rollout, record=rollout.record.model_copy(update={"episode": episode}))
+
+    def _mask_truncated(self, record: RolloutRecord) -> RolloutRecord:
+        """grpo.mask_truncated_completions: a scored rollout with a row the policy did not finish is left out of
+        the loss whole (`completion_truncated`: every row, not only the one in TRL's slot); its reward stays in
+        its group's baseline. A reply the client's stop sequence ended is finished."""
+        if not self.mask_truncated or not record.trainable:
+            return record
+        unfinished = unfinished_rows(record.episode, record.spans)
+        if not unfinished:
+            return record
+        verdict = Verdict.of(Rule.COMPLETION_TRUNCATED,
+                             f"{unfinished[0]}{f' (and {len(unfinished) - 1} more)' if len(unfinished) > 1 else ''}:"
+                             " grpo.mask_truncated_completions leaves every row of the rollout out of the loss",
+                             rows=unfinished)
+        episode = record.episode.model_copy(update={"verdicts": [*record.episode.verdicts, verdict]})
+        return record.model_copy(update={"episode": episode})
+
+    def _reject_restarted(self, step: int, collected: list[CollectedRollout]) -> list[CollectedRollout]:
+        """A rollout with a span a policy server served after it restarted (its model folder's weights, whatever
+        version the span carries) and before the job's weights were loaded into it again is masked
+        (`policy_server_restarted`)."""
+        if self.served is None:
+            return collected
+        windows = self.served.unvouched()
+        if not windows:
+            return collected
+        collected, rejected = list(collected), []
+        for at, rollout in enumerate(collected):
+            hits = [(span, window) for span in rollout.record.spans
+                    for window in windows.get(span.replica, windows[None]) if window.covers(span)]
+            if not hits:
+                continue
+            span, window = hits[0]
+            verdict = Verdict.of(Rule.POLICY_SERVER_RESTARTED,
+                                 f"span {span.request_index} was served by the policy server at {window.server}"
+                                 f" {window.why} ({len({s.request_index for s, _ in hits})} such span(s))",
+                                 span=span.request_index, server=window.server)
+            episode = rollout.record.episode.model_copy(
+                update={"verdicts": [*rollout.record.episode.verdicts, verdict]})
+            collected[at] = dataclasses.replace(rollout, record=rollout.record.model_copy(update={"episode": episode}))
+            rejected.append(rollout.record.rollout_id)
+        if rejected:
+            self.archive.log(f"step {step}: {len(rejected)} rollout(s) rejected, a policy server restarted while they"
+                             f" ran (policy_server_restarted): {rejected[:5]}")
+        return collected
 
     def _version_check(self, step: int, records: list[RolloutRecord]) -> dict[str, int]:
         expected = self.versions.expected(step)

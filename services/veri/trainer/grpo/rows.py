@@ -14,6 +14,10 @@
 
 The row in TRL's slot is the one that ends at the final answer (`Episode.row`).
 
+A rollout masked by `completion_truncated` (the job's `mask_truncated_completions`, applied per rollout
+by the rollout function instead of TRL's per-row check) gets the placeholder row and no branch rows, but
+keeps its rewards: it adds nothing to the loss and still counts in its group's baseline, as TRL does it.
+
 A record that is not trainable (rejected by a rule, or unscored) is *masked*: it gets a one-token
 placeholder row whose env_mask is 0, so it adds nothing to the loss, and None from every reward
 function, which TRL treats as unscorable: NaN reward, left out of its group's nanmean/nanstd
@@ -58,7 +62,9 @@ def rollout_output(records: list[RolloutRecord], masked: MaskedRow, reward_names
         output["completion_ids"].append(list(row.completion_ids))
         output["logprobs"].append(list(row.logprobs))
         output["env_mask"].append(list(row.env_mask))
-        values = record.reward.per_function if trainable and record.reward is not None else {}
+        # `completion_truncated` (mask_truncated_completions) masks the rows, not the reward: as with TRL's own
+        # flag, the rollout's reward still counts in its group's baseline.
+        values = record.reward.per_function if record.rewarded and record.reward is not None else {}
         output[REWARDS_FIELD].append({name: values.get(name) for name in reward_names})
         branches = [b.row for b in record.episode.branches if b.row is not None] if trainable else []
         output[BRANCH_ROWS_FIELD].append([branch.model_dump() for branch in branches])

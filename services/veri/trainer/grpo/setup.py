@@ -8,11 +8,11 @@ weights and, for vLLM, where and how the weights go (the plan's weight sync, `we
 vLLM, either sync: TRL runs in server mode, so its vLLM-only steps run: the sync before each step's
 rollouts and the importance-sampling correction (per token, truncated at `importance_sampling_cap`:
 the served logprobs against the trainer's; its ratio lands in the step metrics under
-train/sampling/importance_sampling_ratio/*). hf: the same correction, through an empty seat
-(`weights.sync.PushedAfterEachStep`), since TRL gates it on `use_vllm`. Generation never goes through
-TRL: the harnesses call the proxy. nccl: TRL's own client syncs (it joins vLLM's NCCL group from this
-container's address). filesystem: TRL is built without its client (which would open an NCCL group)
-and `seat_weight_sync` puts veri's sync in its place.
+train/sampling/importance_sampling_ratio/*, over every row: `grpo.ratio_metrics`). hf: the same
+correction, through an empty seat (`weights.sync.PushedAfterEachStep`), since TRL gates it on
+`use_vllm`. Generation never goes through TRL: the harnesses call the proxy. nccl: TRL's own client
+syncs (it joins vLLM's NCCL group from this container's address). filesystem: TRL is built without
+its client (which would open an NCCL group) and `seat_weight_sync` puts veri's sync in its place.
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
-"""`GRPOTrainer` with veri's three additions: a rollout's branch rows, the share of tokens whose
-off-policy correction was truncated, and rows scored without the batch's padding.
+"""`GRPOTrainer` with veri's three additions: a rollout's branch rows, the off-policy figures measured over
+every row (branch rows included) with the share of tokens whose correction was truncated, and rows
+scored without the batch's padding.
 
 A rollout whose history is a tree has several rows; TRL's batch gets the one ending at the final answer,
 and `grpo.branch_rows` appends the others with their rollout's advantage once TRL has built it. Those rows
 differ in length, so each chunk the model scores is first cut to the columns its rows use (`grpo.unpad`).
 
 TRL computes the per-token importance ratio (trainer / sampler probability, `vllm_importance_sampling_*`)
-and logs its min/mean/max; with `token_truncate` a ratio above the cap is set to the cap, and how often
-that happens is what says whether `importance_sampling_cap` or `max_staleness` is too tight. The loss,
-the ratio and the advantages stay TRL's.
+and logs its min/mean/max and the logprob difference, over its own rows only; `grpo.ratio_metrics`
+measures them again over the merged batch, with how often the ratio reached the cap (`token_truncate`),
+which says whether `importance_sampling_cap` or `max_staleness` is too tight. The loss, the ratio and
+the advantages stay TRL's.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import functools
 from typing import Any
 
 from veri.trainer.grpo.branch_rows import add_branch_rows, branch_rows
+from veri.trainer.grpo.ratio_metrics import TRUNCATED_METRIC, remeasure
 from veri.trainer.grpo.unpad import score_unpadded
 
-TRUNCATED_METRIC = "sampling/importance_sampling_ratio/truncated_frac"
+__all__ = ["BRANCH_METRIC", "TRUNCATED_METRIC", "veri_trainer_class"]
+
 BRANCH_METRIC = "rows/branch_rows"  # rows trained besides the one per rollout in TRL's slot
 
 
@@ -44,14 +48,7 @@ def veri_trainer_class() -> type:
             output = add_branch_rows(self, output, branches)
             mode = "train" if self.model.training else "eval"
             self._metrics[mode][BRANCH_METRIC].append(float(len(branches)))
-            ratio, cap = output.get("importance_sampling_ratio"), self.vllm_importance_sampling_clip_max
-            if ratio is not None and cap is not None and self.vllm_importance_sampling_mode == "token_truncate":
-                mask = output["completion_mask"]
-                if output.get("tool_mask") is not None:
-                    mask = mask * output["tool_mask"]
-                counted = mask.sum().clamp(min=1)
-                truncated = ((ratio >= cap) * mask).sum() / counted
-                self._metrics[mode][TRUNCATED_METRIC].append(float(truncated))
+            remeasure(self, output, mode)  # TRL measured its own rows only, before the branch rows
             return output
 
     return VeriGRPOTrainer

@@ -1,4 +1,5 @@
-"""Client for the hf policy server's weight routes: `GET /policy_version`, `POST /update_weights`."""
+"""Client for the hf policy server's weight routes: `GET /policy_version` (also its process: `server_process`),
+`POST /update_weights`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 from veri.core import envs
 from veri.core.http import HttpCallError, JsonClient
-from veri.core.policy_api import PolicyVersionResponse, UpdateWeightsRequest
+from veri.core.policy_api import PolicyVersionResponse, ServerProcess, UpdateWeightsRequest
 
 CONNECT_RETRIES = 7  # httpx's backoff 0, 0.5, 1 ... 16 s: about 30 s in all
 
@@ -27,8 +28,20 @@ class PolicyAdmin:
                                 retries=CONNECT_RETRIES,
                                 unreachable_fix="start it first (make up), or pass its URL: --policy-url")
 
+    @property
+    def base_url(self) -> str:
+        return self._json.base_url
+
     def policy_version(self) -> int:
         return PolicyVersionResponse.model_validate(self._json.call("GET", "/policy_version")).policy_version
+
+    def server_process(self) -> ServerProcess:
+        """The server's process (another answer than before: it restarted)."""
+        reply = PolicyVersionResponse.model_validate(self._json.call("GET", "/policy_version"))
+        if reply.process is None:
+            raise PolicyAdminError("policy server", self.base_url, "GET", "/policy_version", 200,
+                                   "its answer names no process", "run the policy server of this veri")
+        return reply.process
 
     def update_weights(self, path: Path, version: int | None = None) -> int:
         """Load the safetensors at `path` (a path the *server* can read) as `version` (default: the

@@ -14,8 +14,10 @@ hf (CPU): `HfWeightSync`, a TrainerCallback.
                 Rollouts never run during a push (TRL's loop is sequential), so step k+1's spans all
                 carry version k+1. The server reports versions itself: nothing is announced to the proxy.
 vLLM (GPU): TRL pushes the weights over NCCL at the start of each step's generation (`_generate`:
-  `sync_weights()` when global_step changed), then calls the rollout function, which announces
-  version = global_step to the proxy (`announce_version`) before any session opens.
+  `sync_weights()` when global_step changed), and `vllm_sync.AnnouncedSync` announces version =
+  global_step to the proxy (`announce_version`) before the rollout function opens any session.
+Either backend: once a server holds the job's weights its process is noted (`served.ServedWeights`), so
+a server that restarts afterwards is caught before its rollouts are scored.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from veri.proxy.control_client import ControlClient
 from veri.trainer.errors import WeightSyncError
 from veri.trainer.weights.policy_admin import PolicyAdmin
+from veri.trainer.weights.served import ServedWeights
 from veri.trainer.weights.state import drop_other_steps, write_step_weights
 
 
@@ -65,6 +68,7 @@ class HfWeightSync(TrainerCallback):
         admin: PolicyAdmin,
         folder: Path,
         versions: PolicyVersions,
+        served: ServedWeights,
         *,
         report: Callable[[str], None],
         timing: Callable[[str, float], None],
@@ -72,6 +76,7 @@ class HfWeightSync(TrainerCallback):
         self.admin = admin
         self.folder = folder
         self.versions = versions
+        self.served = served
         self.report = report  # one line to the job log
         self.timing = timing  # (name, seconds) into the step's metrics
 
@@ -81,6 +86,7 @@ class HfWeightSync(TrainerCallback):
         step = state.global_step
         served = self.admin.policy_version()
         if served == step and step == 0:
+            self.served.noted()
             self.report("policy server at version 0 (the model folder's weights): step k's rollouts carry version k")
             return
         version = self._push(model, step)  # e.g. a resumed job: the server gets the checkpoint's weights
@@ -111,4 +117,5 @@ class HfWeightSync(TrainerCallback):
         path = write_step_weights(self.folder, step, model)
         version = self.admin.update_weights(path, version=step)
         drop_other_steps(self.folder, path)  # the server has copied the weights in
+        self.served.noted()
         return version

@@ -12,6 +12,8 @@
     is_paused()              GET /is_paused (a server a dead trainer left paused holds every request)
     loaded_weights()         POST /collective_rpc {"method": "veri_loaded_weights"}: the folder each worker
                              last loaded (None: none since it started, i.e. it serves the model folder's)
+    server_process()         POST /collective_rpc {"method": "veri_server_process"}: which processes serve
+                             (another answer than before: the server restarted)
 
 Every call is bounded (`Bounds`): connecting takes at most `connect_s`, a reload at most `timeout_s`
 (the job's `weight_sync_timeout_s`), every other call at most `control_s`. A call past its bound, or
@@ -26,11 +28,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from veri.core.http import HttpCallError, JsonClient
+from veri.core.policy_api import ServerProcess
+from veri.policy.vllm import WORKER_EXTENSION
 
 RELOAD_METHOD = "veri_reload_weights"  # veri.policy.vllm.worker.WeightReloadExtension
 LOADED_METHOD = "veri_loaded_weights"
+PROCESS_METHOD = "veri_server_process"
 CONNECT_S = 10.0  # a server that is up accepts at once; a dead one refuses at once; this bounds the rest
 CONTROL_S = 60.0  # pause, resume, sleep, wake, reset: quick calls (vLLM answers them between engine steps)
 RESET_TRIES = 5  # vLLM refuses a reset while blocks are held (a request just finishing): try again
@@ -75,6 +81,23 @@ class VllmAdmin:
         """Each worker's last load (`veri_loaded_weights`: {"folder", "fingerprint"}, None before any)."""
         body = {"method": LOADED_METHOD, "args": [], "timeout": self.bounds.control_s}
         return self._results(body, self._control)
+
+    def server_process(self) -> ServerProcess:
+        """The server's process, as its workers answer (`veri_server_process`): their ids joined, the latest
+        start. vLLM runs the call on every worker (tensor parallel: one each)."""
+        body = {"method": PROCESS_METHOD, "args": [], "timeout": self.bounds.control_s}
+        answers = self._results(body, self._control)
+        try:
+            workers = [ServerProcess.model_validate(answer) for answer in answers]
+        except ValidationError as error:
+            raise VllmAdminError("vLLM policy server", self.base_url, "POST", "/collective_rpc", 200,
+                                 f"{str(answers)[:300]!r} is not what {PROCESS_METHOD} answers",
+                                 f"run it with --worker-extension-cls {WORKER_EXTENSION}") from error
+        if not workers:
+            raise VllmAdminError("vLLM policy server", self.base_url, "POST", "/collective_rpc", 200,
+                                 "no worker answered", "its log (`make logs`) says why")
+        return ServerProcess(id="+".join(sorted(worker.id for worker in workers)),
+                             started_at=max(worker.started_at for worker in workers))
 
     def _results(self, body: dict[str, Any], timeout: httpx.Timeout) -> list[Any]:
         reply = self._json.call("POST", "/collective_rpc", json=body, timeout_s=timeout)

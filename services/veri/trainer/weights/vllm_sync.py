@@ -2,8 +2,11 @@
 
 TRL's loop (GRPOTrainer._generate_and_score_completions) calls `trainer.vllm_generation.sync_weights()`
 at the start of each step's generation, when `global_step` changed since the last sync (so at step 0
-too), and only then the rollout function, which announces version = global_step to the proxy before
-any session opens. So every span of step k is sampled by the weights of step k.
+too), and only then the rollout function. `AnnouncedSync` sits in that seat around either sync: once the
+weights are in, it notes every server's process (`served.ServedWeights`: a server that restarts later is
+caught) and announces version = global_step to the proxy, before any session opens. So every span of
+step k is sampled by the weights of step k, and so is every span of an eval run after a step
+(`periodic_eval.sync_now` syncs through the same seat).
 
     nccl        TRL's own `VLLMGeneration` (NCCL broadcast through vLLM's weight-transfer routes:
                 trainer and policy on different GPUs); `TimedSync` only measures it.
@@ -51,6 +54,7 @@ from typing import Any, Protocol
 from veri.core.http import HttpCallError
 from veri.policy.vllm import WORKER_EXTENSION
 from veri.trainer.errors import WeightSyncError
+from veri.trainer.weights.served import ServedWeights
 from veri.trainer.weights.state import drop_other_steps, write_step_weights
 from veri.trainer.weights.vllm_admin import VllmAdmin
 
@@ -132,18 +136,35 @@ def release_held(servers: list[VllmAdmin], report: Callable[[str], None]) -> Non
             ) from error
 
 
+class AnnouncedSync:
+    """The seat TRL calls, around either sync: the weights move (`inner`), every server's process is noted
+    as holding them (`served`), and version = global_step is announced to the proxy: spans opened from
+    now on carry it."""
+
+    def __init__(self, inner: SyncSeat, trainer: TrainerView, announce: Callable[[int], Any],
+                 served: ServedWeights) -> None:
+        self.inner = inner
+        self.trainer = trainer
+        self.announce = announce
+        self.served = served
+
+    def sync_weights(self) -> None:
+        self.inner.sync_weights()
+        self.served.noted()
+        self.announce(self.trainer.state.global_step)
+
+
 class PausedSync:
     """max_staleness >= 1: rollouts run while the weights move. Every server holds its requests in flight
-    (`VllmAdmin.pause`), the inner sync loads the weights, version = global_step is announced to the
-    proxy, and the servers go on: no request fails, and a span that straddles the update carries both
-    versions (the proxy reads the announcement before and after each call)."""
+    (`VllmAdmin.pause`), the inner sync (an `AnnouncedSync`) loads the weights and announces version =
+    global_step to the proxy, and the servers go on: no request fails, and a span that straddles the
+    update carries both versions (the proxy reads the announcement before and after each call)."""
 
     def __init__(self, inner: SyncSeat, servers: list[VllmAdmin], trainer: TrainerView,
-                 announce: Callable[[int], Any], timing: Callable[[str, float], None]) -> None:
+                 timing: Callable[[str, float], None]) -> None:
         self.inner = inner
         self.servers = servers
         self.trainer = trainer
-        self.announce = announce
         self.timing = timing
 
     def sync_weights(self) -> None:
@@ -156,7 +177,6 @@ class PausedSync:
                 paused.append(server)
             self.timing("policy_pause", time.monotonic() - started)
             self.inner.sync_weights()
-            self.announce(step)
         except HttpCallError as error:
             raise WeightSyncError(f"a vLLM policy server did not pause for step {step}'s weights ({error.outcome}:"
                                   f" {error.detail[:300]}); its log (`make logs`) says why") from error
