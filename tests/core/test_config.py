@@ -179,7 +179,7 @@ def test_a_loss_type_that_does_not_weigh_every_token_alike_notes_what_branching_
     assert report.problems == []
     notes = [n for n in report.notes if n.startswith(f"grpo.loss_type {loss} ")]
     assert bool(notes) == noted
-    assert all("harnesses that branch" in n and "dapo (veri's default)" in n for n in notes)
+    assert all("harnesses that branch" in n and "dapo (TRL 1.16's default, which veri keeps)" in n for n in notes)
 
 
 def test_max_staleness_refuses_what_breaks_the_off_policy_correction(job_dir: Path):

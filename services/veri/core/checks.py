@@ -222,7 +222,8 @@ def _loss_type(config: JobConfig, context: CheckContext) -> list[Problem]:
     if loss in UNEVEN_LOSSES:
         context.notes.append(
             f"grpo.loss_type {loss} {UNEVEN_LOSSES[loss]} (harnesses that branch: sub-agents, side calls,"
-            " compaction); dapo (TRL 1.16's default, which veri keeps) weighs every sampled token of the batch the same")
+            " compaction); dapo (TRL 1.16's default, which veri keeps) weighs every sampled token of the batch"
+            " the same")
     return []
 
 
