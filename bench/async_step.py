@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.async_figures import comparison_line, job_figures
 from tests.servers import start_server
 from tests.trainer.conftest import MAX_TOKENS, SCRIPT, write_job
-from veri.trainer.archive import read_metrics
+from veri.archive import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 

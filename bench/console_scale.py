@@ -34,10 +34,10 @@ from fastapi.testclient import TestClient
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.console.archive import TIMINGS, Tokens, record, step_records, tool_rollout
 from tests.core.spans import make_span
-from veri.console.app import create_app
-from veri.console.settings import ConsoleSettings
-from veri.trainer.archive import JobArchive, step_metrics
-from veri.trainer.archive.index import COLUMNS, IndexWriter, index_row
+from veri.archive import JobArchive, step_metrics
+from veri.archive.index import COLUMNS, IndexWriter, index_row
+from veri.services.console.app import create_app
+from veri.services.console.settings import ConsoleSettings
 
 TARGETS_MS = {"job page": 300, "filtered archive": 300, "token view (16k tokens)": 500}
 

@@ -59,8 +59,9 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from transformers import TrainerCallback  # noqa: E402
 
 from veri.core.config import parse_config, read_config_file  # noqa: E402
-from veri.core.layout import GpuLayout, PolicyDevice, WeightSync, estimate_parameters  # noqa: E402
-from veri.core.memory import GIB, PROMPT_TOKENS, ModelShape, trainer_estimate  # noqa: E402
+from veri.gpu.job import training_setup  # noqa: E402
+from veri.gpu.memory import GIB, PROMPT_TOKENS, ModelShape, trainer_estimate  # noqa: E402
+from veri.gpu.planner import GpuLayout, PolicyDevice, WeightSync, estimate_parameters  # noqa: E402
 
 SHAPES = {  # in order of value: the shipped job's model first
     "qwen3-4b": ROOT / "tests/core/models/qwen3-4b/config.json",
@@ -136,9 +137,9 @@ class Report:
 def check_nvidia_smi(report: Report) -> None:
     import torch
 
-    from veri.appliance.doctor.facts import Status
-    from veri.appliance.doctor.gpus import QUERY, gpu_facts, read_gpus
-    from veri.core.layout import probe_gpus
+    from veri.gpu.planner import probe_gpus
+    from veri.tools.appliance.doctor.facts import Status
+    from veri.tools.appliance.doctor.gpus import QUERY, gpu_facts, read_gpus
 
     raw = subprocess.run(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"],
                          capture_output=True, text=True, timeout=60)
@@ -218,7 +219,7 @@ def random_records(tokens: int, completion: int, vocab: int, seed: int) -> list[
     import random
 
     from veri.core.episodes import Episode, RolloutStatus, TrainingRow
-    from veri.core.rollouts import RewardOutcome, RolloutRecord
+    from veri.core.rollout_record import RewardOutcome, RolloutRecord
 
     rng = random.Random(seed)
     records = []
@@ -239,12 +240,12 @@ def run_step(run: Run, config: Any, device: str, report: Report) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from veri.trainer.grpo.rewards import scored_reward
-    from veri.trainer.grpo.rows import MaskedRow, rollout_output
-    from veri.trainer.grpo.setup import build_trainer, grpo_config_kwargs, seat_weight_sync
-    from veri.trainer.rollouts.tasks import trl_dataset
-    from veri.trainer.weights.sync import PushedAfterEachStep
-    from veri.trainer.weights.vllm_sync import empty_trainer_cache
+    from veri.services.trainer.grpo.rewards import scored_reward
+    from veri.services.trainer.grpo.rows import MaskedRow, rollout_output
+    from veri.services.trainer.grpo.setup import build_trainer, grpo_config_kwargs, seat_weight_sync
+    from veri.services.trainer.schedule.tasks import trl_dataset
+    from veri.services.trainer.weights.sync import PushedAfterEachStep
+    from veri.services.trainer.weights.vllm_sync import empty_trainer_cache
 
     cuda = device == "cuda"
     tokenizer = AutoTokenizer.from_pretrained(config.model)
@@ -353,7 +354,7 @@ def weight_sync_speed(model: Any, run: Run) -> dict[str, Any]:
     """The filesystem sync's file, as the trainer writes it (policy_state_dict: LoRA merged) and read back."""
     from safetensors.torch import load_file
 
-    from veri.trainer.weights.state import WEIGHTS_FILE, write_step_weights
+    from veri.services.policy.weight_files import WEIGHTS_FILE, write_step_weights
 
     folder = Path(tempfile.mkdtemp(prefix="veri-weights-"))
     try:
@@ -489,7 +490,7 @@ def main() -> int:
         shape_config = json.loads(SHAPES[shape].read_text())
         model_shape = ModelShape.from_config(shape_config)
         assert model_shape is not None
-        setup = config.training_setup()
+        setup = training_setup(config)
         parameters = estimate_parameters(shape_config) or 0
         estimate = trainer_estimate(parameters, model_shape, setup)
         run = Run(shape, mode, length, setup.batch_size, parameters, round(estimate.total_gib, 2),

@@ -48,7 +48,7 @@ def logprobs_moved(job: Path, model: Path) -> float:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from veri.core.rollouts import RolloutRecord
+    from veri.core.rollout_record import RolloutRecord
 
     last = max(int(path.name.split("-")[1]) for path in (job / "trajectories").iterdir())
     path = next((job / "trajectories" / f"step-{last}").rglob("rollout-*.json"))
@@ -63,7 +63,7 @@ def logprobs_moved(job: Path, model: Path) -> float:
 
 def summary_row(metrics: list[dict[str, Any]], model: Path, sync: str, moved: float, throughput: str) -> dict[str, Any]:
     """One job's row: the plan (VERI_GPU_PLAN, as make train handed it), mean phase seconds, sync GB/s."""
-    from veri.core.layout import LayoutError, model_facts, plan_from_env
+    from veri.gpu.planner import LayoutError, model_facts, plan_from_env
 
     try:
         plan = plan_from_env().describe().splitlines()[0]

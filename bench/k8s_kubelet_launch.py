@@ -47,11 +47,11 @@ import docker  # noqa: E402
 from tests.kubernetes.cluster import KubeCluster, fresh_namespace, kubelet_cluster, wait_for, wait_for_build  # noqa: E402
 from veri.core.harness import rollout_env  # noqa: E402
 from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch, SandboxLimits  # noqa: E402
-from veri.harness.build import build_bundle_image  # noqa: E402
-from veri.launcher.backend import SandboxBackend  # noqa: E402
-from veri.launcher.docker_backend import DockerBackend, ensure_rollouts_network  # noqa: E402
-from veri.launcher.group import run_group  # noqa: E402
-from veri.launcher.kubernetes.backend import KubernetesBackend  # noqa: E402
+from veri.services.launcher.backend import SandboxBackend  # noqa: E402
+from veri.services.launcher.docker_backend import DockerBackend, ensure_rollouts_network  # noqa: E402
+from veri.services.launcher.group import run_group  # noqa: E402
+from veri.services.launcher.kubernetes.backend import KubernetesBackend  # noqa: E402
+from veri.tools.harness.build import build_bundle_image  # noqa: E402
 
 PROBE_BUNDLE = REPO / "tests" / "kubernetes" / "bundles" / "launch_probe"
 PROBE_REPOSITORY = "veri/harness-k8s_launch_probe"  # build_bundle_image's name for it

@@ -35,8 +35,8 @@ from kubernetes import client  # noqa: E402
 from tests.kubernetes.cluster import ControlPlane, wait_for_build  # noqa: E402
 from veri.core.harness import rollout_env  # noqa: E402
 from veri.core.launch import GroupLaunch, RolloutLaunch, SandboxLimits  # noqa: E402
-from veri.launcher.group import run_group  # noqa: E402
-from veri.launcher.kubernetes.backend import KubernetesBackend  # noqa: E402
+from veri.services.launcher.group import run_group  # noqa: E402
+from veri.services.launcher.kubernetes.backend import KubernetesBackend  # noqa: E402
 
 
 def launches(count: int, run_seconds: float) -> list[RolloutLaunch]:

@@ -43,10 +43,10 @@ async def _time(app, proxy_app, requests: int) -> float:
 
 
 def measure(requests: int) -> str:
-    from veri.core.metrics import MULTIPROCESS_DIR, metrics_payload
-    from veri.proxy.app import create_app
-    from veri.proxy.metrics import ProxyMetrics
-    from veri.proxy.settings import ProxySettings
+    from veri.infra.metrics import MULTIPROCESS_DIR, metrics_payload
+    from veri.services.proxy.app import create_app
+    from veri.services.proxy.metrics import ProxyMetrics
+    from veri.services.proxy.settings import ProxySettings
 
     proxy_app = create_app(ProxySettings(policy_url="http://127.0.0.1:9", model_dir=Path("unused")))
     metrics = ProxyMetrics()

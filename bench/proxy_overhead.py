@@ -15,7 +15,7 @@ process, its logs to /dev/null); veri's proxy as the stack runs it (`veri serve 
 `--proxy-workers` uvicorn workers, 2 as VERI_PROXY_WORKERS' default). calls/s is the median over
 rounds, and the ratio the median of each round's (both gateways back to back, under the same load); at
 1 session the tail lines say where the p99 comes from: sessions' first calls, the box (slow direct
-calls), and for the slowest 1 % of veri's calls their `Server-Timing` (proxy/timing.py: the worker's
+calls), and for the slowest 1 % of veri's calls their `Server-Timing` (services/proxy/timing.py: the worker's
 own time, its CPU, each phase, its collections) beside the bench's own collections and what neither
 accounts for. Agent Lightning needs Python >= 3.12 and is never a veri dependency: a throwaway venv.
 
@@ -51,7 +51,7 @@ from transformers import AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.servers import free_port, start_server
-from veri.proxy.timing import GC_PAUSES as CLIENT_GC  # this process's collections (gc.callbacks)
+from veri.services.proxy.timing import GC_PAUSES as CLIENT_GC  # this process's collections (gc.callbacks)
 
 ROOT = Path(__file__).resolve().parents[1]
 

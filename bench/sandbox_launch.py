@@ -24,9 +24,9 @@ from pathlib import Path
 import docker
 
 from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch, SandboxLimits
-from veri.harness.build import build_bundle_image
-from veri.launcher.docker_backend import DockerBackend, ensure_rollouts_network
-from veri.launcher.group import run_group
+from veri.services.launcher.docker_backend import DockerBackend, ensure_rollouts_network
+from veri.services.launcher.group import run_group
+from veri.tools.harness.build import build_bundle_image
 
 ENTRYPOINT = ["bash", "-c", 'echo "$EPOCHREALTIME" > "$VERI_OUTPUT_DIR/entered"']
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.replay.record_demos import BENCH_ONLY, demo_recordings
 from veri.core.token_account import sampled_tokens, token_account
-from veri.replay.recording import Recording
+from veri.tools.replay.recording import Recording
 
 HARNESS = {
     "url_extract_openai": "OpenAI SDK (chat completions tool loop)",

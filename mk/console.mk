@@ -1,4 +1,4 @@
-# The web console (services/veri/console): its browser tests need Debian's chromium + chromium-driver.
+# The web console (services/veri/services/console): its browser tests need Debian's chromium + chromium-driver.
 #   make chromium        install them when missing (scripts/console/chromium.sh; make test needs them)
 #   make bench-console   the console's server times over a 100k-rollout index (figures: docs/benchmarks.md)
 TEST_PREPARED += chromium

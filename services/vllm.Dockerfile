@@ -1,8 +1,8 @@
 # veri/vllm, also tagged veri/trainer-gpu: the GPU path's stack — vLLM, CUDA torch, TRL, transformers
-# and peft at services/veri/core/pins/gpu-stack.txt (TRL's NCCL weight sync runs vLLM's own
+# and peft at services/veri/gpu/stack/gpu-stack.txt (TRL's NCCL weight sync runs vLLM's own
 # trainer-side helpers, so the trainer holds the very same vLLM). One image, two roles, like its CPU
 # twin veri/vllm-cpu:
-#   policy:  vllm serve MODEL --worker-extension-cls veri.policy.vllm.worker.WeightReloadExtension
+#   policy:  vllm serve MODEL --worker-extension-cls veri.services.policy.vllm.worker.WeightReloadExtension
 #            --logprobs-mode processed_logprobs --max-logprobs -1 [--weight-transfer-config
 #            '{"backend": "nccl"}'] ...   (VLLM_SERVER_DEV_MODE=1: the routes TRL's and veri's syncs call;
 #            the worker extension is veri's, so the policy needs veri installed too)
@@ -22,7 +22,7 @@ ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
 COPY pyproject.toml /src/pyproject.toml
 COPY services /src/services
 RUN pip install -q --no-cache-dir --no-index --no-deps --no-build-isolation -e /src \
- && python3 -c 'import trl, transformers, vllm, veri.cli, veri.policy.vllm.worker' \
+ && python3 -c 'import trl, transformers, vllm, veri.cli, veri.services.policy.vllm.worker' \
  && veri train --help >/dev/null
 WORKDIR /src
 ENTRYPOINT ["/usr/bin/tini", "--"]

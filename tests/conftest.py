@@ -25,7 +25,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     prebuilt = os.environ.get("VERI_TINY_MODEL")
     if prebuilt and (Path(prebuilt) / "config.json").exists():
         return Path(prebuilt).resolve()
-    from veri.models.tiny import build_tiny_model
+    from veri.tools.models.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
 

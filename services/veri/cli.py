@@ -10,19 +10,19 @@ import argparse
 import sys
 from collections.abc import Iterator
 
-from veri.appliance import cli as appliance_cli
-from veri.console import cli as console_cli
-from veri.egress import cli as egress_cli
-from veri.evals import cli as evals_cli
-from veri.export import cli as export_cli
-from veri.harness import cli as harness_cli
-from veri.launcher import cli as launcher_cli
-from veri.models import cli as models_cli
-from veri.policy import cli as policy_cli
-from veri.proxy import cli as proxy_cli
-from veri.replay import cli as replay_cli
-from veri.trainer import cli as trainer_cli
-from veri.webfixture import cli as webfixture_cli
+from veri.loop.evals import cli as evals_cli
+from veri.services.console import cli as console_cli
+from veri.services.egress import cli as egress_cli
+from veri.services.launcher import cli as launcher_cli
+from veri.services.policy import cli as policy_cli
+from veri.services.proxy import cli as proxy_cli
+from veri.services.trainer import cli as trainer_cli
+from veri.services.webfixture import cli as webfixture_cli
+from veri.tools.appliance import cli as appliance_cli
+from veri.tools.export import cli as export_cli
+from veri.tools.harness import cli as harness_cli
+from veri.tools.models import cli as models_cli
+from veri.tools.replay import cli as replay_cli
 
 DESCRIPTION = (
     "Train an LLM policy with reinforcement learning (GRPO) through your own agent program: veri runs the "
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:
         # An expected failure (a service refused or did not answer) is one line with its fix; the
         # traceback goes to a log file, not to the user's terminal.
-        from veri.core.http import HttpCallError
+        from veri.infra.http import HttpCallError
 
         if not isinstance(error, HttpCallError):
             raise

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from veri.appliance.doctor.facts import Status
-from veri.appliance.doctor.gpus import QUERY, gpu_facts, read_gpus
-from veri.core.layout import probe_gpus
+from veri.gpu.planner import probe_gpus
+from veri.tools.appliance.doctor.facts import Status
+from veri.tools.appliance.doctor.gpus import QUERY, gpu_facts, read_gpus
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).parent / "fixtures"

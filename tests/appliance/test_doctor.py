@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from tests import nvidia_smi
-from veri.appliance.doctor import diagnose
-from veri.appliance.doctor.facts import Fact, Status
+from veri.tools.appliance.doctor import diagnose
+from veri.tools.appliance.doctor.facts import Fact, Status
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "tests/core/models"

@@ -19,10 +19,11 @@ import yaml
 from packaging.version import Version
 
 from tests.trainer.conftest import write_job
-from veri.appliance.policy_compose import vllm_command
 from veri.core.config import parse_config
-from veri.core.gpu_pins import GPU_CONSTRAINTS, GPU_PINS
-from veri.core.layout import GpuInventory
+from veri.gpu.job import plan_job
+from veri.gpu.pins import GPU_CONSTRAINTS, GPU_PINS
+from veri.gpu.planner import GpuInventory
+from veri.tools.appliance.policy_compose import vllm_command
 
 PREFIX = os.environ.get("IMAGE_PREFIX", "veri")
 IMAGE = f"{PREFIX}/vllm"
@@ -38,8 +39,8 @@ PROBE = """
 import importlib.metadata as m, json, sys, torch
 from vllm.entrypoints.launchers.cli_args import make_arg_parser
 from vllm.utils.argparse_utils import FlexibleArgumentParser
-from veri.trainer.gpu_stack import gpu_stack_problems
-import veri.policy.vllm.worker as worker
+from veri.services.trainer.gpu_stack import gpu_stack_problems
+import veri.services.policy.vllm.worker as worker
 
 packages, commands = json.loads(sys.argv[1])
 parsed = []
@@ -85,7 +86,7 @@ def gpu_commands(tiny_model: Path, tmp_path: Path) -> list[list[str]]:
     commands = []
     for gpus, overrides in ((4, {"vllm_data_parallel_size": 3, "vllm_tensor_parallel_size": 1}), (1, {})):
         raw = yaml.safe_load(write_job(tmp_path / f"gpus-{gpus}", tiny_model, backend="vllm", **overrides).read_text())
-        plan = parse_config(raw, base_dir=tmp_path).gpu_layout(GpuInventory.nvidia(gpus))
+        plan = plan_job(parse_config(raw, base_dir=tmp_path), GpuInventory.nvidia(gpus))
         [server] = plan.policy_servers
         commands.append(vllm_command(plan, server, model="/models/tiny", max_model_len=2048))
     return commands
@@ -102,7 +103,7 @@ def test_the_image_holds_the_pinned_versions(probe):
     found = probe["versions"]
     wrong = {name: found[name] for name, req in GPU_CONSTRAINTS.items()
              if not req.specifier.contains(Version(found[name]).public, prereleases=True)}
-    assert wrong == {}, f"outside services/veri/core/pins/gpu-stack.txt: {wrong}"
+    assert wrong == {}, f"outside services/veri/gpu/stack/gpu-stack.txt: {wrong}"
     assert found["vllm"] == GPU_PINS["vllm"]  # vLLM's CUDA wheel itself, not the CPU twin's alias
     assert probe["gpu_stack_problems"] == []  # what `veri train` checks before a vLLM job
 
@@ -118,7 +119,7 @@ def test_vllm_parses_the_commands_veri_generates(probe):
     multi, single = probe["parsed"]
     assert probe["worker_extension"] == "WeightReloadExtension"
     for parsed in (multi, single):
-        assert parsed["worker_extension_cls"] == "veri.policy.vllm.worker.WeightReloadExtension"
+        assert parsed["worker_extension_cls"] == "veri.services.policy.vllm.worker.WeightReloadExtension"
         assert parsed["logprobs_mode"] == "processed_logprobs" and parsed["max_logprobs"] == -1
         assert parsed["enable_prompt_tokens_details"] is True and parsed["max_model_len"] == 2048
         assert parsed["port"] == 8001 and parsed["model_tag"] == "/models/tiny"

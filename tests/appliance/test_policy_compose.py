@@ -9,11 +9,12 @@ from pathlib import Path
 import yaml
 
 from tests.trainer.conftest import write_job
-from veri.appliance.policy_compose import compose_override, images_for, policy_urls
-from veri.appliance.stack_env import least_privilege, stack_env
 from veri.core.config import parse_config
-from veri.core.layout import GpuInventory, GpuLayout
-from veri.models.tiny import VLLM_CPU_HEAD_DIM, build_tiny_model
+from veri.gpu.job import plan_job
+from veri.gpu.planner import GpuInventory, GpuLayout
+from veri.tools.appliance.policy_compose import compose_override, images_for, policy_urls
+from veri.tools.appliance.stack_env import least_privilege, stack_env
+from veri.tools.models.tiny import VLLM_CPU_HEAD_DIM, build_tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,7 +78,7 @@ def test_four_gpus_one_server_with_vllm_dp_and_devices_per_container(tiny_model,
     raw = yaml.safe_load(write_job(tmp_path, tiny_model, backend="vllm", vllm_data_parallel_size=3,
                                    vllm_tensor_parallel_size=1).read_text())
     config = parse_config(raw, base_dir=tmp_path)
-    plan = config.gpu_layout(GpuInventory.nvidia(4))
+    plan = plan_job(config, GpuInventory.nvidia(4))
     override = compose_override(plan, model="/models/tiny", images=images_for(plan), least=least_privilege())
     services = override["services"]
     assert set(services) == {"policy", "proxy", "trainer"} and policy_urls(plan) == ["http://policy:8001"]
@@ -105,8 +106,8 @@ def test_model_only_needs_no_model_folder(tmp_path):
 
 
 def test_the_health_checks_start_period_grows_with_the_model_and_tp():
-    from veri.appliance.policy_compose import HEALTH_INTERVAL_S, HEALTH_RETRIES, START_BASE_S
-    from veri.core.layout import ModelFacts, plan_layout
+    from veri.gpu.planner import ModelFacts, plan_layout
+    from veri.tools.appliance.policy_compose import HEALTH_INTERVAL_S, HEALTH_RETRIES, START_BASE_S
 
     heads = ModelFacts(32, 8, parameters=None)
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from veri.appliance.stack_env import CHECKOUT_IN_TRAINER, JOB_FILES_IN_TRAINER, MODELS_IN_CONTAINERS
 from veri.core.config import parse_config, read_config_file
+from veri.tools.appliance.stack_env import CHECKOUT_IN_TRAINER, JOB_FILES_IN_TRAINER, MODELS_IN_CONTAINERS
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = REPO / "config/url_extract_tiny.yaml"

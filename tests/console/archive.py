@@ -9,13 +9,13 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from tests.core.spans import make_span
+from veri.archive import JobArchive, step_metrics
 from veri.core.episodes import RolloutStatus, Rule, Verdict, build_episode
 from veri.core.launch import LaunchResult
 from veri.core.records import Span, ToolCallFailure, ToolCallParseFailure
-from veri.core.rollouts import RewardOutcome, RolloutRecord
-from veri.rollouts.collect import CollectedRollout
-from veri.trainer.archive import JobArchive, step_metrics
-from veri.trainer.timeline.recorder import StepTimeline
+from veri.core.rollout_record import RewardOutcome, RolloutRecord
+from veri.loop.collect.collect import CollectedRollout
+from veri.services.trainer.timeline.recorder import StepTimeline
 
 TIMINGS = {"rollout": 2.0, "reward": 0.5, "train": 1.0, "weight_sync": 0.25}
 

@@ -9,8 +9,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.console.archive import write_job
-from veri.console.app import create_app
-from veri.console.settings import ConsoleSettings
+from veri.services.console.app import create_app
+from veri.services.console.settings import ConsoleSettings
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.console.archive import write_job
+from veri.archive import read_rollout
 from veri.cli import main
-from veri.console.app import create_app
-from veri.console.settings import ConsoleSettings
-from veri.core.rollouts import RolloutRecord
-from veri.harness.debug import explain, read_records
-from veri.trainer.archive import read_rollout
+from veri.core.rollout_record import RolloutRecord
+from veri.services.console.app import create_app
+from veri.services.console.settings import ConsoleSettings
+from veri.tools.harness.debug import explain, read_records
 
 ROLLOUT = "/jobs/demo/steps/{step}/tasks/{task}/rollouts/{rollout}"
 

@@ -17,8 +17,8 @@ from selenium.webdriver.support.select import Select
 from tests.console.archive import TIMINGS, Tokens, record, rewritten_rollout, write_job
 from tests.console.browser import chromium, screenshot, wait_for
 from tests.servers import RunningServer, start_server
-from veri.harness.debug import explain, read_records
-from veri.trainer.archive import JobArchive, step_metrics
+from veri.archive import JobArchive, step_metrics
+from veri.tools.harness.debug import explain, read_records
 
 pytestmark = [pytest.mark.timeout(300)]  # chromium's absence fails each test as it runs (tests/conftest.py)
 

@@ -1,12 +1,12 @@
-"""The console is safe from other web pages (console/guard.py; docs/security.md)."""
+"""The console is safe from other web pages (services/console/guard.py; docs/security.md)."""
 
 from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from veri.console.app import create_app
-from veri.console.guard import CSP, host_name
-from veri.console.settings import ConsoleSettings
+from veri.services.console.app import create_app
+from veri.services.console.guard import CSP, host_name
+from veri.services.console.settings import ConsoleSettings
 
 
 def _client(tmp_path, **settings) -> TestClient:

@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 from tests.launcher.test_local_backend import bundle, launch
 from veri.core.auth import BindRefused, bearer, is_loopback, refusal, refuse_open_bind
 from veri.core.launch import GroupLaunch
-from veri.launcher.app import create_app
-from veri.launcher.settings import LauncherSettings
+from veri.services.launcher.app import create_app
+from veri.services.launcher.settings import LauncherSettings
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.53", "::1", "[::1]", "localhost"])
@@ -73,8 +73,8 @@ def test_the_launcher_without_a_token_serves_loopback_clients_only(tmp_path):
 
 
 def test_the_policy_weight_route_follows_the_rule(tiny_model, tmp_path):
-    from veri.policy.hf.server import create_app as policy_app
-    from veri.policy.hf.settings import PolicySettings
+    from veri.services.policy.hf.server import create_app as policy_app
+    from veri.services.policy.hf.settings import PolicySettings
 
     for token, client, headers, allowed in [(None, "10.1.2.3", {}, False), (None, "127.0.0.1", {}, True),
                                            ("t", "127.0.0.1", {}, False),

@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 
 from tests.core.jobs import job, write_job, write_model
-from veri.core.checks import PER_TOKEN_LOSSES, UNEVEN_LOSSES, TrainerChecks
 from veri.core.config import JobConfig, RewardConfig, SamplingConfig, parse_config, read_config_file
 from veri.core.dataset import DatasetConfig
-from veri.core.layout import GpuInventory, GpuVendor, LayoutError
 from veri.core.problems import Problem
-from veri.core.validation import check_config
+from veri.gpu.job import plan_job
+from veri.gpu.planner import GpuInventory, GpuVendor, LayoutError
+from veri.validation.job_checks import PER_TOKEN_LOSSES, UNEVEN_LOSSES, TrainerChecks
+from veri.validation.run import check_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -149,7 +150,7 @@ def test_layout_knobs_are_checked_against_the_plan(job_dir: Path):
     cpu = check_config(write_job(job_dir, job(backend="vllm", grpo={}, device="cpu", vllm_data_parallel_size=2)),
                        base_dir=job_dir)  # no GPU probe, no GPU needed
     assert cpu.problems == [] and any("vLLM CPU build" in note for note in cpu.notes)
-    assert cpu.config is not None and cpu.config.gpu_layout().data_parallel_size == 2
+    assert cpu.config is not None and plan_job(cpu.config).data_parallel_size == 2
     hf = problems_by_place(check_config(write_job(job_dir, job(weight_sync="nccl", device="cpu")), base_dir=job_dir))
     assert "only applies to `backend: vllm`" in hf["weight_sync"] and "only applies" in hf["device"]
 
@@ -256,7 +257,7 @@ def test_top_level_grpo_knobs_are_named_without_the_trainer(job_dir: Path):
 
 
 def test_hosted_tools_is_drop_or_refuse_and_reaches_the_proxy(job_dir: Path):
-    from veri.appliance.stack_env import stack_env
+    from veri.tools.appliance.stack_env import stack_env
 
     found = problems_by_place(check_config(write_job(job_dir, job(hosted_tools="ignore")), base_dir=job_dir))
     assert "'drop' or 'refuse'" in found["hosted_tools"], found
@@ -272,7 +273,7 @@ def test_a_job_without_backend_on_a_machine_with_no_gpu_is_refused_naming_both(j
     assert "`backend:` is not set" in found["backend"] and "no NVIDIA GPU" in found["backend"]
     assert "`backend: hf`" in found["backend"] and "`backend: vllm`" in found["backend"]
     with pytest.raises(LayoutError, match="`backend:` is not set"):  # the plan make train's stack-env makes
-        parse_config(unsaid, base_dir=job_dir).gpu_layout(no_gpu)
+        plan_job(parse_config(unsaid, base_dir=job_dir), no_gpu)
     # said: a GPU job checked away from its box (a note), or the CPU twin; planned for GPUs: the GPU path
     said = check_config(write_job(job_dir, {**unsaid, "backend": "vllm"}), base_dir=job_dir)
     assert said.problems == [] or "backend" not in problems_by_place(said)

@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 
 from veri.core import envs
-from veri.launcher.settings import LauncherSettings
-from veri.proxy.settings import ProxySettings
+from veri.services.launcher.settings import LauncherSettings
+from veri.services.proxy.settings import ProxySettings
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = re.compile(r"\bVERI_[A-Z0-9][A-Z0-9_]*")

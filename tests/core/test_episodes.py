@@ -10,7 +10,7 @@ from transformers import AutoTokenizer
 from tests.core.spans import bridged_chain, make_span
 from veri.core.episodes import RULES, Effect, RolloutStatus, RowKind, Rule, build_episode, truncate_episode
 from veri.core.records import PromptSource, TokenFidelity
-from veri.core.rollouts import RewardOutcome, RolloutRecord
+from veri.core.rollout_record import RewardOutcome, RolloutRecord
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 
 from tests.core.jobs import job, write_job
 from veri.core.harness import ManifestError, load_manifest
-from veri.core.validation import check_config
+from veri.validation.run import check_config
 
 NESTED = "[" * 3000 + "]" * 3000
 

@@ -1,4 +1,4 @@
-"""veri.core.http: the one JSON client, against MockTransport, an in-process app and a late server."""
+"""veri.infra.http: the one JSON client, against MockTransport, an in-process app and a late server."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from fastapi import FastAPI, Header
 from pydantic import BaseModel
 
 from tests.servers import free_port
-from veri.core.http import AsyncJsonClient, HttpCallError, JsonClient
+from veri.infra.http import AsyncJsonClient, HttpCallError, JsonClient
 
 
 class Reply(BaseModel):

@@ -18,7 +18,7 @@ FORBIDDEN = {"trl", "peft"}
 PROBE = """
 import importlib, json, pathlib, pkgutil, sys
 import veri.core
-from veri.core.validation import check_config
+from veri.validation.run import check_config
 for module in pkgutil.iter_modules(veri.core.__path__):
     importlib.import_module(f"veri.core.{module.name}")
 check_config(pathlib.Path("config/url_extract_cpu.yaml"))  # a job with a grpo: section

@@ -11,8 +11,8 @@ from tests.launcher.test_local_backend import bundle, launch
 from veri.core.harness import rollout_env
 from veri.core.launch import GroupLaunch, RolloutLaunch
 from veri.core.records import SessionCreate
-from veri.launcher.app import create_app
-from veri.launcher.settings import LauncherSettings
+from veri.services.launcher.app import create_app
+from veri.services.launcher.settings import LauncherSettings
 
 
 def _launch(**kw) -> RolloutLaunch:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from veri.cli import main as veri_main
-from veri.core.layout import (
+from veri.gpu.planner import (
     AUTO,
     GpuInventory,
     GpuLayout,

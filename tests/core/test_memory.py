@@ -15,8 +15,9 @@ import yaml
 
 from tests import nvidia_smi
 from veri.core.config import parse_config, read_config_file
-from veri.core.layout import GpuInventory, LayoutError, model_facts, plan_layout
-from veri.core.memory import GIB, ModelShape, TrainingSetup, activation_bytes, trainer_estimate
+from veri.gpu.job import plan_job
+from veri.gpu.memory import GIB, ModelShape, TrainingSetup, activation_bytes, trainer_estimate
+from veri.gpu.planner import GpuInventory, LayoutError, model_facts, plan_layout
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = Path(__file__).parent / "models"
@@ -61,12 +62,12 @@ def test_plans_that_fit_and_plans_refused_with_the_fix(model, gpus, size, knobs,
     config = job(model, **knobs)
     inventory = GpuInventory.nvidia(gpus, GIB_OF[size])
     if refused is None:
-        plan = config.gpu_layout(inventory)
+        plan = plan_job(config, inventory)
         notes = "\n".join(plan.notes)
         assert "trainer memory on GPU 0: ~" in notes and "policy memory: ~" in notes
         return
     with pytest.raises(LayoutError) as caught:
-        config.gpu_layout(inventory)
+        plan_job(config, inventory)
     knob, fix = refused
     assert (caught.value.knob, fix in caught.value.fix) == (knob, True), caught.value
 
@@ -137,7 +138,7 @@ def test_the_policys_kv_cache_must_hold_max_model_len():
 
 
 def test_without_a_memory_figure_the_plan_says_what_it_could_not_estimate():
-    plan = job("qwen3-4b").gpu_layout(GpuInventory.nvidia(2))
+    plan = plan_job(job("qwen3-4b"), GpuInventory.nvidia(2))
     assert any("memory: not estimated (the GPU memory" in note for note in plan.notes)
 
 
@@ -146,12 +147,12 @@ def test_the_shipped_jobs_say_which_gpus_they_fit():
     small = parse_config(read_config_file(REPO / "config/url_extract_24gb.yaml"), base_dir=REPO)
     as_4b = [config.model_copy(update={"model": MODELS / "qwen3-4b"}) for config in (gpu_job, small)]
     for gpus, size in ((2, 80), (4, 80), (8, 80), (2, 141), (8, 141)):
-        as_4b[0].gpu_layout(GpuInventory.nvidia(gpus, GIB_OF[size]))
+        plan_job(as_4b[0], GpuInventory.nvidia(gpus, GIB_OF[size]))
     for gpus, size in ((1, 24), (4, 24), (1, 80), (2, 48)):
         with pytest.raises(LayoutError):
-            as_4b[0].gpu_layout(GpuInventory.nvidia(gpus, GIB_OF[size]))
-    as_4b[1].gpu_layout(GpuInventory.nvidia(1, GIB_OF[24]))
-    as_4b[1].gpu_layout(GpuInventory.nvidia(1, 24.0))  # an RTX 4090's 24,564 MiB
+            plan_job(as_4b[0], GpuInventory.nvidia(gpus, GIB_OF[size]))
+    plan_job(as_4b[1], GpuInventory.nvidia(1, GIB_OF[24]))
+    plan_job(as_4b[1], GpuInventory.nvidia(1, 24.0))  # an RTX 4090's 24,564 MiB
 
 
 def _validate(tmp_path: Path, config: Path, devices: list[nvidia_smi.Gpu]) -> subprocess.CompletedProcess[str]:
@@ -203,5 +204,5 @@ def test_every_memory_problem_is_named_at_once(capsys: pytest.CaptureFixture[str
     assert "the trainer needs ~74" in lines[1] and "lora_rank: 64" in lines[1]
     config = job("qwen3-4b", max_model_len=None)
     with pytest.raises(LayoutError) as caught:
-        config.gpu_layout(GpuInventory.nvidia(2, GIB_OF[24]))
+        plan_job(config, GpuInventory.nvidia(2, GIB_OF[24]))
     assert [error.knob for error in caught.value.each()] == ["max_model_len", "lora_rank"]

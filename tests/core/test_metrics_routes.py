@@ -7,7 +7,7 @@ import fastapi.routing
 import pytest
 from fastapi import APIRouter, FastAPI
 
-from veri.core.metrics import route_templates
+from veri.infra.metrics import route_templates
 
 
 def _app() -> FastAPI:

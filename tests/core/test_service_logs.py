@@ -1,4 +1,4 @@
-"""Every service logs one JSON line per event (core/logging.py): started the way the stack starts them,
+"""Every service logs one JSON line per event (infra/logging.py): started the way the stack starts them,
 each one's whole log parses, with timestamp, level, service and event on every line, its requests in the
 access log (route, status, duration), and library records (uvicorn, gunicorn) in the same stream. The
 proxy's log is read the same way in tests/proxy/test_worker_killed.py, the trainer's train.log in
@@ -15,7 +15,7 @@ import pytest
 from tests.logs import json_events, requests_logged
 from tests.servers import start_server, stop_server
 from veri.core import envs
-from veri.core.logging import log_format
+from veri.infra.logging import log_format
 
 
 def _served(args: list[str], service: str, paths: list[str], **server: object) -> list[dict]:
@@ -77,7 +77,7 @@ def test_an_unknown_format_names_the_choices(monkeypatch):
 
 
 def test_the_trainers_library_log_is_json(tmp_path):
-    from veri.trainer.ui.quiet import quiet_libraries
+    from veri.infra.quiet import quiet_libraries
 
     path = tmp_path / "logs" / "libraries.log"
     with quiet_libraries(path):

@@ -1,4 +1,4 @@
-"""Settings declared once (core/settings_cli.py): every ProxySettings / LauncherSettings field is a flag of
+"""Settings declared once (infra/settings_cli.py): every ProxySettings / LauncherSettings field is a flag of
 `veri serve proxy|launcher` and a VERI_PROXY_* / VERI_LAUNCHER_* variable; a flag wins; a refused value
 names both. (The documented variables used to be read by nothing: the CLI restated every default.)"""
 
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from veri.core.settings_cli import SettingsError, env_of, flag_of
-from veri.launcher import cli as launcher_cli
-from veri.launcher.settings import LauncherSettings
-from veri.proxy import cli as proxy_cli
-from veri.proxy.settings import ProxySettings
+from veri.infra.settings_cli import SettingsError, env_of, flag_of
+from veri.services.launcher import cli as launcher_cli
+from veri.services.launcher.settings import LauncherSettings
+from veri.services.proxy import cli as proxy_cli
+from veri.services.proxy.settings import ProxySettings
 
 VERI = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "veri"
 

@@ -39,7 +39,7 @@ def through_a_helper_of_its_own() -> None:
 
 
 def in_process() -> None:
-    from veri.webfixture.server import create_app
+    from veri.services.webfixture.server import create_app
 
     with httpx.Client(transport=httpx.ASGITransport(create_app()), base_url="http://fixture") as client:
         client.get("/pages/1.html")

@@ -24,8 +24,8 @@ from tests.proxy.conftest import proxy_args
 from tests.servers import RunningServer, start_server
 from veri.core.harness import load_manifest, rollout_env
 from veri.core.records import SessionInfo
-from veri.proxy.control_client import ControlClient
-from veri.webfixture.pages import task
+from veri.services.proxy.control_client import ControlClient
+from veri.services.webfixture.pages import task
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLES = REPO / "harness-bundles"

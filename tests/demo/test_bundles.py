@@ -14,12 +14,12 @@ from tests.proxy.conftest import assert_bridged_chain
 from veri.core.config import RewardConfig
 from veri.core.episodes import Effect, RowKind
 from veri.core.harness import load_manifest
-from veri.harness.run import RunOptions
-from veri.harness.run import run as run_harness
-from veri.rewards import load_reward_functions
-from veri.rewards.functions import RewardInputs
-from veri.rewards.scoring import RewardScorer
-from veri.webfixture.inline_tasks import inline_task
+from veri.loop.rewards import load_reward_functions
+from veri.loop.rewards.functions import RewardInputs
+from veri.loop.rewards.scoring import RewardScorer
+from veri.services.webfixture.inline_tasks import inline_task
+from veri.tools.harness.run import RunOptions
+from veri.tools.harness.run import run as run_harness
 
 URL_REWARDS = BUNDLES.parent / "config/rewards/url_extract.py"
 

@@ -27,8 +27,8 @@ from tests.proxy.conftest import assert_bridged_chain
 from tests.servers import RunningServer, start_server
 from veri.core.harness import load_manifest
 from veri.core.records import SessionInfo
-from veri.proxy.control_client import ControlClient
-from veri.webfixture.pages import task
+from veri.services.proxy.control_client import ControlClient
+from veri.services.webfixture.pages import task
 
 CODEX_PAGE = 9  # the task the Codex-bundle tests run
 

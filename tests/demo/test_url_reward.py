@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from veri.core.config import RewardConfig
-from veri.rewards import load_reward_functions
+from veri.loop.rewards import load_reward_functions
 
 REPO = Path(__file__).resolve().parents[2]
 REWARDS = REPO / "config/rewards/url_extract.py"

@@ -13,8 +13,17 @@ import pytest
 
 from tests.demo.conftest import REPO
 from veri.core import envs
-from veri.webfixture.inline_tasks import LINKS_SHOWN, inline_dataset_text, inline_task
-from veri.webfixture.pages import DEFAULT_BASE_URL, KINDS, NUM_PAGES, base_url, dataset_text, page, page_spec, task
+from veri.services.webfixture.inline_tasks import LINKS_SHOWN, inline_dataset_text, inline_task
+from veri.services.webfixture.pages import (
+    DEFAULT_BASE_URL,
+    KINDS,
+    NUM_PAGES,
+    base_url,
+    dataset_text,
+    page,
+    page_spec,
+    task,
+)
 
 DATASET = REPO / "config/data/url_extract.jsonl"
 INLINE_DATASET = REPO / "config/data/url_extract_inline.jsonl"

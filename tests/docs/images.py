@@ -1,6 +1,6 @@
 """The images the make targets build, read from the files that build them, for the docs checks that name them:
 every `$PREFIX/<name>` of scripts/docker/ and `$(IMAGE_PREFIX)/<name>` of the Makefile and mk/, and the harness
-images `veri harness build` tags (services/veri/harness/build.py)."""
+images `veri harness build` tags (services/veri/tools/harness/build.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ SCRIPTS = sorted((REPO / "scripts/docker").glob("*.sh"))
 MAKEFILES = [REPO / "Makefile", *sorted((REPO / "mk").glob("*.mk"))]
 SCRIPT_IMAGE = re.compile(r"\$\{?PREFIX\}?/([a-z][a-z0-9-]*)")
 MAKE_IMAGE = re.compile(r"\$\(IMAGE_PREFIX\)/([a-z][a-z0-9-]*)")
-HARNESS_IMAGE = 'f"{prefix}/harness-{name}"'  # harness/build.py's tag: one image per bundle
+HARNESS_IMAGE = 'f"{prefix}/harness-{name}"'  # tools/harness/build.py's tag: one image per bundle
 BUILT_BY_IMAGES_SH = re.compile(r'build-image\.sh" "\$PREFIX/([a-z][a-z0-9-]*)"')
 
 
@@ -20,7 +20,7 @@ def built_images() -> set[str]:
     """Every image name (without the prefix) that a make target builds or tags; `harness-<name>` for bundles."""
     names = {name for path in SCRIPTS for name in SCRIPT_IMAGE.findall(path.read_text(encoding="utf-8"))}
     names |= {name for path in MAKEFILES for name in MAKE_IMAGE.findall(path.read_text(encoding="utf-8"))}
-    if HARNESS_IMAGE in (REPO / "services/veri/harness/build.py").read_text(encoding="utf-8"):
+    if HARNESS_IMAGE in (REPO / "services/veri/tools/harness/build.py").read_text(encoding="utf-8"):
         names.add("harness-<name>")
     return names
 

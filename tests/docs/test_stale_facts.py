@@ -56,9 +56,10 @@ def test_every_path_the_docs_name_exists():
 
 
 def test_a_module_that_became_a_package_is_caught():
-    assert named_paths("the weight sync (`policy/vllm.py`), `services/veri/core/episodes.py`, rollouts/s") == \
-        ["policy/vllm.py", "services/veri/core/episodes.py"]
-    assert not exists("policy/vllm.py") and exists("policy/vllm/") and exists("services/veri/core/episodes.py")
+    assert named_paths("the weight sync (`services/policy/vllm.py`), `services/veri/core/episodes.py`, rollouts/s") == \
+        ["services/policy/vllm.py", "services/veri/core/episodes.py"]
+    assert not exists("services/policy/vllm.py") and exists("services/policy/vllm/")
+    assert exists("services/veri/core/episodes.py")
 
 
 def test_disk_check_counts_the_images_make_images_builds():

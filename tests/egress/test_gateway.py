@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from veri.core import egress
-from veri.egress.gateway import Gateway, Routes
+from veri.services.egress.gateway import Gateway, Routes
 
 KEY = b"k" * 32
 

@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 from veri.core.config import JobConfig
-from veri.evals.checkpoints import Checkpoint, weights_to_load
+from veri.loop.evals.checkpoints import Checkpoint, weights_to_load
 
 
 def _config(model) -> JobConfig:

@@ -11,7 +11,7 @@ HEAVY = ("torch", "trl", "transformers", "peft")
 
 
 def test_the_eval_path_loads_no_training_library():
-    code = ("import sys, veri.evals.cli, veri.evals.checks, veri.evals.run\n"
+    code = ("import sys, veri.loop.evals.cli, veri.loop.evals.job_checks, veri.loop.evals.run\n"
             f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from veri.evals.stats import bootstrap_ci, mean_pass_at_k, paired_test, pass_at_k
+from veri.loop.evals.stats import bootstrap_ci, mean_pass_at_k, paired_test, pass_at_k
 
 
 def test_pass_at_k_is_the_unbiased_estimator():

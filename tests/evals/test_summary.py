@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from tests.trainer.records import failed, scored
-from veri.core.rollouts import RewardOutcome
-from veri.evals.errors import EvalError
-from veri.evals.report import eval_text
-from veri.evals.run import held_out
-from veri.evals.summary import compare, summarize
-from veri.trainer.archive import JobArchive
+from veri.archive import JobArchive
+from veri.core.rollout_record import RewardOutcome
+from veri.loop.evals.errors import EvalError
+from veri.loop.evals.report import eval_text
+from veri.loop.evals.run import held_out
+from veri.loop.evals.summary import compare, summarize
 
 
 def test_summary_per_function_and_task_leaves_rejected_rollouts_out():

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from tests.core.spans import make_span
 from tests.trainer.records import failed, scored
+from veri.archive import JobArchive, step_metrics
 from veri.core.episodes import RolloutStatus, build_episode
-from veri.core.rollouts import RewardOutcome, RolloutRecord
-from veri.trainer.archive import JobArchive, step_metrics
+from veri.core.rollout_record import RewardOutcome, RolloutRecord
 
 JOB = "job-sft"
 MESSAGES = [{"role": "system", "content": "You answer."}, {"role": "user", "content": "task"}]

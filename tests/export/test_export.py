@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.export.archive import JOB, steps, write_archive
+from veri.archive import ArchiveLayout, read_rollout
 from veri.cli import main
-from veri.export.errors import ExportError
-from veri.export.rows import parse_steps, resolve_job, sft_lines
-from veri.trainer.archive import ArchiveLayout, read_rollout
+from veri.tools.export.errors import ExportError
+from veri.tools.export.rows import parse_steps, resolve_job, sft_lines
 
 
 @pytest.fixture
@@ -100,8 +100,8 @@ def test_unknown_job_and_not_an_archive(jobs: Path, tmp_path: Path, capsys: pyte
 
 
 def test_a_job_without_a_completed_step(tmp_path: Path) -> None:
-    from veri.export.rows import export_sft
-    from veri.trainer.archive import JobArchive
+    from veri.archive import JobArchive
+    from veri.tools.export.rows import export_sft
 
     with JobArchive(tmp_path, "young") as archive:
         archive.write_rollout(0, steps()[0][0])

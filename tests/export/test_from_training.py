@@ -10,8 +10,8 @@ import yaml
 
 from tests.trainer.conftest import stack, trainer_script, write_job, write_tasks  # noqa: F401 (fixtures)
 from tests.trainer.test_train import veri_train
+from veri.archive import ArchiveIndex
 from veri.cli import main
-from veri.trainer.archive import ArchiveIndex
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ import yaml
 from tests.export.archive import JOB, write_archive
 from veri.cli import main
 from veri.core.problems import ProblemsError
-from veri.export.errors import ExportError
-from veri.export.sft import SUMMARY_FILE, load_sft_config, read_rows, sft_trainer
+from veri.tools.export.errors import ExportError
+from veri.tools.export.sft import SUMMARY_FILE, load_sft_config, read_rows, sft_trainer
 
 TINY = os.environ.get("VERI_TINY_MODEL")
 needs_tiny = pytest.mark.skipif(not TINY, reason="VERI_TINY_MODEL is not set (make tiny-model)")

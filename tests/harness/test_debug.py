@@ -12,8 +12,8 @@ import pytest
 
 from tests.core.spans import bridged_chain
 from veri.core.episodes import RolloutStatus, Rule, Verdict, build_episode
-from veri.core.rollouts import RewardOutcome, RolloutRecord
-from veri.harness.debug import explain, read_records, records_in
+from veri.core.rollout_record import RewardOutcome, RolloutRecord
+from veri.tools.harness.debug import explain, read_records, records_in
 
 
 def veri_debug(*args: str) -> subprocess.CompletedProcess:

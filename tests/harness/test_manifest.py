@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from veri.core.harness import ManifestError, load_manifest
-from veri.harness.build import bundle_entries, content_hash, dockerfile, image_repository
+from veri.tools.harness.build import bundle_entries, content_hash, dockerfile, image_repository
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = 'name = "x"\nentrypoint = ["python", "agent.py"]\n'

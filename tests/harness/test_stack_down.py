@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from veri import cli
-from veri.harness import run as run_module
-from veri.proxy.control_client import ControlClient
+from veri.services.proxy.control_client import ControlClient
+from veri.tools.harness import run as run_module
 
 
 def test_the_token_of_the_stack_make_up_started_is_used(tmp_path, monkeypatch):

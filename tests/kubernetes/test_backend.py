@@ -21,10 +21,10 @@ from veri.core import envs
 from veri.core.episodes import RolloutStatus
 from veri.core.harness import rollout_env
 from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch
-from veri.launcher.app import create_app
-from veri.launcher.kubernetes import objects
-from veri.launcher.kubernetes.backend import KubernetesBackend
-from veri.launcher.settings import LauncherSettings
+from veri.services.launcher.app import create_app
+from veri.services.launcher.kubernetes import objects
+from veri.services.launcher.kubernetes.backend import KubernetesBackend
+from veri.services.launcher.settings import LauncherSettings
 
 KEY = "sk-test-key-for-secret"
 IMAGE = "veri/harness-sim:test"  # the simulated node runs no image
@@ -195,7 +195,7 @@ def test_sweep_after_a_launcher_crash(backend: KubernetesBackend, k8s_cluster: K
 
 
 def test_refusals_name_the_fix(k8s_cluster: KubeCluster, k8s_namespace: str, tmp_path: Path) -> None:
-    from veri.launcher.errors import SandboxUnavailable
+    from veri.services.launcher.errors import SandboxUnavailable
 
     with pytest.raises(SandboxUnavailable, match="kubectl create namespace no-such-ns"):
         KubernetesBackend(namespace="no-such-ns", output_root=tmp_path, kubeconfig=k8s_cluster.kubeconfig)

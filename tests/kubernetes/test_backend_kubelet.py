@@ -17,8 +17,8 @@ from tests.kubernetes.cluster import KubeCluster
 from veri.core.episodes import RolloutStatus
 from veri.core.harness import rollout_env
 from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch, SandboxLimits
-from veri.launcher.group import run_group
-from veri.launcher.kubernetes.backend import KubernetesBackend
+from veri.services.launcher.group import run_group
+from veri.services.launcher.kubernetes.backend import KubernetesBackend
 
 HARNESS_MAIN = Path(__file__).resolve().parents[1] / "sandbox" / "launcher" / "harness_main.py"
 
@@ -26,7 +26,7 @@ HARNESS_MAIN = Path(__file__).resolve().parents[1] / "sandbox" / "launcher" / "h
 @pytest.fixture(scope="module")
 def harness_image(tmp_path_factory: pytest.TempPathFactory) -> str:
     docker = pytest.importorskip("docker")
-    from veri.harness.build import build_bundle_image
+    from veri.tools.harness.build import build_bundle_image
 
     bundle = tmp_path_factory.mktemp("bundle") / "sandbox_test"
     bundle.mkdir()

@@ -11,9 +11,9 @@ import pytest
 from veri.core import envs
 from veri.core.harness import OUTPUT_MOUNT, rollout_env
 from veri.core.launch import RolloutLaunch, SandboxLimits
-from veri.launcher.kubernetes import objects
-from veri.launcher.kubernetes.objects import OutputVolume, PodSettings
-from veri.launcher.kubernetes.pacing import CreationPacer
+from veri.services.launcher.kubernetes import objects
+from veri.services.launcher.kubernetes.objects import OutputVolume, PodSettings
+from veri.services.launcher.kubernetes.pacing import CreationPacer
 
 KEY = "sk-rollout-secret-4f1c"
 POD = PodSettings(namespace="rollouts", launcher_id="ci", registry="registry.local:5000")

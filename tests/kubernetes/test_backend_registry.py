@@ -21,8 +21,8 @@ import pytest
 
 from veri.core.egress import LABEL_EGRESS
 from veri.core.registry import RegistryError, check_registry, registry_image
-from veri.launcher.errors import ImageProblem
-from veri.launcher.kubernetes.image_egress import ImageEgress
+from veri.services.launcher.errors import ImageProblem
+from veri.services.launcher.kubernetes.image_egress import ImageEgress
 
 REPO = Path(__file__).resolve().parents[2]
 VERI = str(REPO / ".venv" / "bin" / "veri")

@@ -29,7 +29,7 @@ from tests.demo.conftest import answer_rule, fetch_rule, tool_call
 from tests.kubernetes.cluster import KUBELET_NODE, KubeCluster, fresh_namespace, pod_network_gateway, wait_for
 from tests.servers import free_port
 from tests.stack.conftest import DATASET, OPENAI_TASK, Stack, dataset_row
-from veri.core.rollouts import RolloutRecord
+from veri.core.rollout_record import RolloutRecord
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # make up / make train may rebuild veri/runtime
 

@@ -38,7 +38,7 @@ def probe(k8s_kubelet_cluster: KubeCluster) -> Iterator[str]:
 def docker_network() -> str:
     import docker
 
-    from veri.launcher.docker_backend import ensure_rollouts_network
+    from veri.services.launcher.docker_backend import ensure_rollouts_network
 
     client = docker.from_env(timeout=120)
     try:

@@ -11,7 +11,7 @@ from unittest import mock
 
 import pytest
 
-from veri.launcher.app import _on_host
+from veri.services.launcher.app import _on_host
 
 REPO = Path(__file__).resolve().parents[2]
 VERI = REPO / ".venv" / "bin" / "veri"
@@ -30,9 +30,9 @@ def test_a_host_alias_must_be_name_equals_ip(alias: str) -> None:
 
 def test_a_variable_sets_a_launcher_knob_and_a_flag_wins() -> None:
     """Each LauncherSettings field is a flag and a VERI_LAUNCHER_<FIELD> variable, declared once."""
-    from veri.core.settings_cli import settings_from_flags
-    from veri.launcher.cli import FLAG_NAMES, register_serve
-    from veri.launcher.settings import LauncherSettings
+    from veri.infra.settings_cli import settings_from_flags
+    from veri.services.launcher.cli import FLAG_NAMES, register_serve
+    from veri.services.launcher.settings import LauncherSettings
 
     parser = argparse.ArgumentParser()
     register_serve(parser.add_subparsers())

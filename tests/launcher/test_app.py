@@ -13,11 +13,11 @@ from fastapi.testclient import TestClient
 from tests.launcher.test_local_backend import bundle, launch
 from tests.servers import free_port
 from veri.core.launch import GroupLaunch
-from veri.launcher.app import create_app, make_backend
-from veri.launcher.backend import SandboxBackend
-from veri.launcher.errors import LauncherError
-from veri.launcher.local import LocalBackend
-from veri.launcher.settings import LauncherSettings
+from veri.services.launcher.app import create_app, make_backend
+from veri.services.launcher.backend import SandboxBackend
+from veri.services.launcher.errors import LauncherError
+from veri.services.launcher.local import LocalBackend
+from veri.services.launcher.settings import LauncherSettings
 
 
 class ClosingBackend(LocalBackend):
@@ -64,7 +64,7 @@ def test_the_local_backend_satisfies_the_protocol():
 
 
 def test_launcher_errors_are_one_family():
-    from veri.launcher.errors import ImageProblem, SandboxUnavailable
+    from veri.services.launcher.errors import ImageProblem, SandboxUnavailable
 
     assert issubclass(SandboxUnavailable, LauncherError) and issubclass(ImageProblem, LauncherError)
 

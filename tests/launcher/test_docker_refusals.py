@@ -5,7 +5,7 @@ from __future__ import annotations
 import docker
 import pytest
 
-from veri.launcher.docker_backend import DockerBackend, SandboxUnavailable
+from veri.services.launcher.docker_backend import DockerBackend, SandboxUnavailable
 
 
 class FakeNetwork:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from tests.waiting import alive, wait_for
 from veri.core.launch import GroupLaunch, RolloutLaunch, SandboxLimits
-from veri.launcher.group import run_group
-from veri.launcher.local import LocalBackend
+from veri.services.launcher.group import run_group
+from veri.services.launcher.local import LocalBackend
 
 
 def bundle(tmp_path: Path, name: str, script: str) -> Path:

@@ -8,8 +8,8 @@ import asyncio
 from tests.launcher.test_local_backend import bundle, launch
 from tests.waiting import alive, until, wait_for
 from veri.core.launch import GroupLaunch
-from veri.launcher.group import run_group
-from veri.launcher.local import LocalBackend
+from veri.services.launcher.group import run_group
+from veri.services.launcher.local import LocalBackend
 
 
 def test_a_cancelled_group_kills_its_harnesses(tmp_path):

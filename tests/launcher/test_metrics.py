@@ -13,7 +13,7 @@ from tests.launcher.test_local_backend import bundle, launch
 from tests.prometheus import Scrape
 from tests.servers import start_server
 from veri.core.launch import GroupLaunch
-from veri.launcher.client import LauncherClient
+from veri.services.launcher.client import LauncherClient
 
 TOKEN = {"authorization": "Bearer s3cret"}
 

@@ -1,4 +1,4 @@
-"""A sandbox's output folder goes to the sandbox user and back (launcher/outputs.py): what a harness
+"""A sandbox's output folder goes to the sandbox user and back (services/launcher/outputs.py): what a harness
 leaves, whatever its modes, ends up the services' user's and readable by it, as the compose trainer
 (not root) reads it. Real ownership on this file system: the hand-overs need root (CAP_CHOWN)."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from veri.core.harness import HARNESS_UID
-from veri.launcher.outputs import enforce_output_cap, hand_back, prepare_output
+from veri.services.launcher.outputs import enforce_output_cap, hand_back, prepare_output
 
 SERVICES = 10001  # compose.yaml's x-least; any uid other than root and the sandbox user's does here
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to other uids needs root (CAP_CHOWN)")

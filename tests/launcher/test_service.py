@@ -10,7 +10,7 @@ import httpx
 from tests.launcher.test_local_backend import bundle, launch
 from tests.servers import free_port, start_server
 from veri.core.launch import GroupLaunch
-from veri.launcher.client import LauncherClient
+from veri.services.launcher.client import LauncherClient
 
 
 def test_group_over_http(tmp_path):

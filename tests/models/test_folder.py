@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from veri.models.folder import write_model_folder
+from veri.tools.models.folder import write_model_folder
 
 
 def _write(name: str):

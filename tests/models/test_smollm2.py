@@ -11,7 +11,7 @@ import renderers
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from veri.models import smollm2
+from veri.tools.models import smollm2
 
 pytestmark = pytest.mark.slow
 

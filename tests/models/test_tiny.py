@@ -12,7 +12,7 @@ import torch
 from tokenizers import Tokenizer
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from veri.models.tiny import build_tiny_model
+from veri.tools.models.tiny import build_tiny_model
 
 TOOLS = [
     {

@@ -6,8 +6,8 @@ import torch
 from transformers import PreTrainedModel
 
 from tests.policy.helpers import LOGPROB_TOL, full_forward_logprobs
-from veri.policy.hf.engine import DecodeBatch, Row
-from veri.policy.hf.sampler import RowSampling, Sample, sample_rows
+from veri.services.policy.hf.engine import DecodeBatch, Row
+from veri.services.policy.hf.sampler import RowSampling, Sample, sample_rows
 
 
 def _row(prompt: list[int], temperature: float, seed: int, max_tokens: int, stop: frozenset[int] = frozenset()) -> Row:

@@ -48,7 +48,7 @@ def test_version_starts_at_zero_then_updates_bump_it(
     assert response.status_code == 200, response.text
     assert response.json()["policy_version"] == 1
     assert _version(updatable) == 1
-    # The server's process, the same in every answer (a restarted server is another: trainer/weights/served.py)
+    # The server's process, the same in every answer (a restarted server is another: services/trainer/weights/served.py)
     process = ServerProcess.model_validate(response.json()["process"])
     assert ServerProcess.model_validate(updatable.get("/policy_version").json()["process"]) == process
 

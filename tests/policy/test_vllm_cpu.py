@@ -38,11 +38,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from tests.sandbox.conftest import unavailable
 from tests.servers import free_port, start_server
 from veri.core.policy_api import CompletionResponse
-from veri.models.tiny import VLLM_CPU_HEAD_DIM, build_tiny_model
-from veri.policy.vllm import WORKER_EXTENSION
-from veri.proxy.control_client import ControlClient
-from veri.proxy.errors import InvalidRequest
-from veri.proxy.policy_client import PolicyClient
+from veri.services.policy.vllm import WORKER_EXTENSION
+from veri.services.proxy.control_client import ControlClient
+from veri.services.proxy.errors import InvalidRequest
+from veri.services.proxy.policy_client import PolicyClient
+from veri.tools.models.tiny import VLLM_CPU_HEAD_DIM, build_tiny_model
 
 IMAGE = f"{os.environ.get('IMAGE_PREFIX', 'veri')}/vllm-cpu"
 LABEL = "org.veri.test"
@@ -59,7 +59,7 @@ TRL_ROUTES = ["/health", "/v1/models", "/server_info", "/get_world_size", "/init
 MAX_TOKENS = 24
 # This checkout's worker extension over the image's (the filesystem sync's routes are tested as they are here).
 WORKER_FILE = Path(__file__).parents[2] / "services" / "veri" / "policy" / "vllm" / "worker.py"
-IMAGE_WORKER_FILE = "/src/services/veri/policy/vllm/worker.py"
+IMAGE_WORKER_FILE = "/src/services/veri/services/policy/vllm/worker.py"
 STANDIN = Path(__file__).parents[1] / "vllm_standin.py"
 
 
@@ -193,7 +193,7 @@ def test_proxy_spans_hold_exactly_what_vllm_returned(vllm, vllm_model, tmp_path)
 
 
 def test_sampled_logprobs_are_what_the_trainer_computes(vllm, vllm_model, tmp_path):
-    """processed_logprobs == TRL's log_softmax(logits / T)[token] when top_p is 1 (see policy/hf/sampler.py)."""
+    """processed_logprobs == TRL's log_softmax(logits / T)[token] when top_p is 1 (services/policy/hf/sampler.py)."""
     args = ["serve", "proxy", "--policy-url", vllm, "--model", str(vllm_model), "--store", str(tmp_path / "spans"),
             "--max-tokens", str(MAX_TOKENS), "--temperature", "0.7", "--top-p", "1.0"]
     with start_server(args) as proxy:
@@ -232,11 +232,11 @@ def test_trl_server_mode_routes_are_served(vllm):
 
 
 def test_sleep_pauses_the_engine_until_weights_and_kv_cache_are_awake(vllm):
-    """vllm_sleep_mode's calls (trainer/weights/vllm_admin.py) on the real server: the CPU build frees no
+    """vllm_sleep_mode's calls (services/policy/vllm/admin_client.py) on the real server: the CPU build frees no
     memory (no --enable-sleep-mode there) but pauses and resumes its engine exactly as a GPU server does."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from veri.trainer.weights.vllm_admin import VllmAdmin
+    from veri.services.policy.vllm.admin_client import VllmAdmin
 
     admin = VllmAdmin(vllm, timeout_s=60)
     try:
@@ -259,12 +259,12 @@ def test_sleep_pauses_the_engine_until_weights_and_kv_cache_are_awake(vllm):
 
 
 def test_a_request_in_flight_is_held_by_pause_and_completes_after_resume(vllm):
-    """max_staleness >= 1 updates the weights with requests in flight (trainer/weights/vllm_sync.py
+    """max_staleness >= 1 updates the weights with requests in flight (services/trainer/weights/vllm_sync.py
     PausedSync): `POST /pause?mode=keep` holds them where they are, none is aborted, and each completes
     after `POST /resume` with every token it asked for."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from veri.trainer.weights.vllm_admin import VllmAdmin
+    from veri.services.policy.vllm.admin_client import VllmAdmin
 
     admin = VllmAdmin(vllm, timeout_s=60)
     # As long as --max-model-len allows: the tiny model decodes a few hundred tokens faster than one
@@ -309,7 +309,7 @@ def _tokens_generated(vllm: str) -> float:
     return _metric(vllm, "vllm:generation_tokens_total")
 
 
-# The filesystem weight sync's faults (trainer/weights/vllm_sync.py; docs/reliability.md "Weight-sync faults").
+# The filesystem weight sync's faults (services/trainer/weights/vllm_sync.py; docs/reliability.md "Weight-sync faults").
 
 
 def _trainer(model_dir: Path, step: int) -> SimpleNamespace:
@@ -335,9 +335,9 @@ def _standin(*flags: str) -> tuple[subprocess.Popen, str]:
 def test_two_servers_one_failing_its_reload_fail_the_step_naming_it(vllm, vllm_model, weights_dir):
     """Both servers are loaded; the error names the one that failed and the one that holds the step. The
     real server then says it holds what this job loaded (`veri_loaded_weights`), and takes the next step."""
-    from veri.trainer.errors import WeightSyncError
-    from veri.trainer.weights.vllm_admin import VllmAdmin
-    from veri.trainer.weights.vllm_sync import FilesystemSync
+    from veri.services.policy.vllm.admin_client import VllmAdmin
+    from veri.services.trainer.errors import WeightSyncError
+    from veri.services.trainer.weights.vllm_sync import FilesystemSync
 
     process, failing_url = _standin("--fail-reload")
     real, failing = VllmAdmin(vllm, timeout_s=120), VllmAdmin(failing_url, timeout_s=120)
@@ -383,8 +383,8 @@ def _healthy(url: str, container, seconds: float = 300) -> None:
 
 
 def test_a_server_left_paused_by_a_dead_trainer_is_resumed_at_the_next_jobs_start(vllm):
-    from veri.trainer.weights.vllm_admin import VllmAdmin
-    from veri.trainer.weights.vllm_sync import release_held
+    from veri.services.policy.vllm.admin_client import VllmAdmin
+    from veri.services.trainer.weights.vllm_sync import release_held
 
     admin = VllmAdmin(vllm, timeout_s=60)
     lines: list[str] = []
@@ -405,8 +405,8 @@ def test_a_server_restarted_mid_job_is_reinitialised_and_the_step_goes_on(vllm_s
     """The real server restarted between two syncs serves the model folder's weights again: its workers are
     other processes (`veri_server_process`, which the trainer asks before scoring), and the next sync sees
     it holds nothing (`veri_loaded_weights`), says so, and loads the step's weights into it."""
-    from veri.trainer.weights.vllm_admin import VllmAdmin
-    from veri.trainer.weights.vllm_sync import FilesystemSync
+    from veri.services.policy.vllm.admin_client import VllmAdmin
+    from veri.services.trainer.weights.vllm_sync import FilesystemSync
 
     admin = VllmAdmin(vllm_server.url, timeout_s=120)
     lines: list[str] = []
@@ -453,9 +453,9 @@ class KillOnReload(httpx.HTTPTransport):
 
 def test_a_server_killed_during_a_sync_fails_the_step_promptly_by_name(vllm_server, vllm_model, weights_dir):
     """Last in the module: it kills the module's server (the fixture's teardown removes it)."""
-    from veri.trainer.errors import WeightSyncError
-    from veri.trainer.weights.vllm_admin import VllmAdmin
-    from veri.trainer.weights.vllm_sync import FilesystemSync
+    from veri.services.policy.vllm.admin_client import VllmAdmin
+    from veri.services.trainer.errors import WeightSyncError
+    from veri.services.trainer.weights.vllm_sync import FilesystemSync
 
     transport = KillOnReload(vllm_server.container)
     admin = VllmAdmin(vllm_server.url, timeout_s=300, transport=transport)  # the job's bound: far above the check

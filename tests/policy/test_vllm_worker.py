@@ -1,5 +1,5 @@
 """veri's vLLM worker extension re-ties what vLLM's layerwise reload untied, and says which process it is
-(veri.policy.vllm.worker).
+(veri.services.policy.vllm.worker).
 
 The real thing runs in `tests/stack/test_train_vllm.py` (vLLM's CPU build); here the tie logic alone,
 on a module shaped like vLLM's tied lm_head: the head's weight *is* the embedding's, and the head keeps
@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from veri.core.policy_api import ServerProcess
-from veri.policy.vllm.worker import shared_parameters, tie_again
+from veri.services.policy.vllm.worker import shared_parameters, tie_again
 
 SERVICES = Path(__file__).resolve().parents[2] / "services"
 
@@ -60,8 +60,8 @@ def test_untied_models_have_nothing_to_tie():
 
 def test_each_worker_process_says_which_process_it_is_and_a_new_process_is_another():
     """`veri_server_process`: what the trainer notes when it gives a server its weights and asks again before
-    scoring (trainer/weights/served.py). A restarted server's workers are new processes: another id."""
-    code = ("import json; from veri.policy.vllm.worker import WeightReloadExtension as W;"
+    scoring (services/trainer/weights/served.py). A restarted server's workers are new processes: another id."""
+    code = ("import json; from veri.services.policy.vllm.worker import WeightReloadExtension as W;"
             " print(json.dumps([W().veri_server_process(), W().veri_server_process()]))")
     answers = [json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                                          env={**os.environ, "PYTHONPATH": str(SERVICES)}).stdout)

@@ -18,7 +18,7 @@ from transformers import AutoTokenizer
 
 from tests.servers import RunningServer, free_port, start_server
 from veri.core.records import SessionInfo
-from veri.proxy.control_client import ControlClient
+from veri.services.proxy.control_client import ControlClient
 
 # Each rule: when the text of the prompt's last user turn contains `if_last_user_turn_contains`,
 # the policy is teacher-forced to `reply` (logprobs stay the model's own for those tokens).

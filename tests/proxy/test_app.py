@@ -19,10 +19,10 @@ from tests.servers import free_port
 from tests.vllm_standin import Standin
 from tests.vllm_standin import create_app as create_standin
 from veri.core.records import SessionInfo, Span
-from veri.proxy.app import create_app
-from veri.proxy.settings import ProxySettings
-from veri.proxy.store import SpanStore
-from veri.proxy.timing import WORKER_PID_HEADER
+from veri.services.proxy.app import create_app
+from veri.services.proxy.settings import ProxySettings
+from veri.services.proxy.store import SpanStore
+from veri.services.proxy.timing import WORKER_PID_HEADER
 
 HELLO = [{"role": "user", "content": "hello"}]
 

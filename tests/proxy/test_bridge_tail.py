@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.proxy.test_prefix_cache import model_folder
-from veri.proxy.rendering import TAIL_BRIDGE_RENDERERS, ChatRendering
-from veri.proxy.settings import ProxySettings
-from veri.proxy.store import PriorTurn
+from veri.services.proxy.rendering import TAIL_BRIDGE_RENDERERS, ChatRendering
+from veri.services.proxy.settings import ProxySettings
+from veri.services.proxy.store import PriorTurn
 
 SYSTEM = "You are a coding agent. " * 50
 TOOLS = [{"type": "function", "function": {

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from transformers import AutoTokenizer
 
-from veri.appliance.stack_env import stack_env
-from veri.proxy.cli import register_serve, settings_from_args
-from veri.proxy.rendering import ChatRendering
+from veri.services.proxy.cli import register_serve, settings_from_args
+from veri.services.proxy.rendering import ChatRendering
+from veri.tools.appliance.stack_env import stack_env
 
 MESSAGES = [{"role": "user", "content": "What is 2 + 2?"}]
 

@@ -6,7 +6,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from veri.proxy.checkpointer import WalCheckpointer
+from veri.services.proxy.checkpointer import WalCheckpointer
 
 ROWS = 80
 ROW = b"x" * 64_000  # 80 x 64 kB: past SQLite's 4 MB autocheckpoint, had it been on

@@ -15,7 +15,7 @@ import pytest
 from tests.codex import codex_binary
 from tests.proxy.conftest import assert_bridged_chain, proxy_args
 from tests.servers import RunningServer, start_server
-from veri.proxy.control_client import ControlClient
+from veri.services.proxy.control_client import ControlClient
 
 pytestmark = pytest.mark.slow
 

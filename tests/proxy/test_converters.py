@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from veri.core.records import HostedTools
-from veri.proxy.anthropic.converter import to_chat_turn
-from veri.proxy.anthropic.protocol import MessagesRequest
-from veri.proxy.errors import HostedToolsRefused, InvalidRequest, UnsupportedContent
-from veri.proxy.history import first_difference, prefix_hashes
+from veri.services.proxy.anthropic.converter import to_chat_turn
+from veri.services.proxy.anthropic.protocol import MessagesRequest
+from veri.services.proxy.errors import HostedToolsRefused, InvalidRequest, UnsupportedContent
+from veri.services.proxy.history import first_difference, prefix_hashes
 
 
 def turn(**body):

@@ -9,7 +9,7 @@ import pytest
 
 from tests.proxy.conftest import proxy_args
 from tests.servers import free_port, start_server
-from veri.proxy.control_client import ControlClient
+from veri.services.proxy.control_client import ControlClient
 
 
 def oa(session, **kw) -> openai.OpenAI:

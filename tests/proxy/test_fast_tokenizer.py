@@ -5,7 +5,7 @@ from __future__ import annotations
 import renderers
 from transformers import AutoTokenizer
 
-from veri.proxy.fast_tokenizer import PROBES, RustBackedTokenizer, verify_same_ids
+from veri.services.proxy.fast_tokenizer import PROBES, RustBackedTokenizer, verify_same_ids
 
 TEXTS = [*PROBES, "", "a", "\n", "<think>\nreasoning\n</think>\n\n<tool_response>\nok\n</tool_response>",
          "x" * 3000, "mixed 😀 emoji and \u200b zero-width"]

@@ -12,7 +12,7 @@ import pytest
 
 from bench.reliability.scenarios import proxy_hostile as hostile
 from tests.servers import RunningServer
-from veri.proxy.control_client import ControlClient
+from veri.services.proxy.control_client import ControlClient
 
 SESSIONS = 500  # CI-sized: the scenario opens 10k
 

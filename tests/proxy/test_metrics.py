@@ -15,11 +15,11 @@ from tests.proxy.conftest import proxy_args
 from tests.proxy.test_app import open_session, policy_standin, proxy_client, settings_for
 from tests.proxy.test_openai_sdk import _AlternatingClients, _connections_to_each_worker, _run_tool_loop, client_for
 from tests.servers import start_server
-from veri.proxy.app import create_app
-from veri.proxy.control_client import ControlClient
-from veri.proxy.rollout_routes import BY_TEMPLATE, MODELS, RESPONSES, ROUTES, ErrorShape
-from veri.proxy.settings import ProxySettings
-from veri.proxy.timing import WORKER_PID_HEADER
+from veri.services.proxy.app import create_app
+from veri.services.proxy.control_client import ControlClient
+from veri.services.proxy.rollout_routes import BY_TEMPLATE, MODELS, RESPONSES, ROUTES, ErrorShape
+from veri.services.proxy.settings import ProxySettings
+from veri.services.proxy.timing import WORKER_PID_HEADER
 
 CHAT_ROUTE = "/r/{rollout_id}/v1/chat/completions"
 MESSAGES_ROUTE = "/r/{rollout_id}/v1/messages"

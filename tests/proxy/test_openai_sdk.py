@@ -9,7 +9,7 @@ import openai
 from transformers import AutoTokenizer
 
 from tests.proxy.conftest import WEATHER_TOOL, assert_bridged_chain, fake_weather
-from veri.proxy.timing import WORKER_PID_HEADER
+from veri.services.proxy.timing import WORKER_PID_HEADER
 
 
 def client_for(session) -> openai.OpenAI:
@@ -150,7 +150,7 @@ def test_several_workers_share_sessions_through_the_store(scripted_policy, tiny_
     """Calls of one rollout land on different worker processes; bridging still works."""
     from tests.proxy.conftest import proxy_args
     from tests.servers import start_server
-    from veri.proxy.control_client import ControlClient
+    from veri.services.proxy.control_client import ControlClient
 
     with start_server(proxy_args(scripted_policy.url, tiny_model, tmp_path, "--workers", "2")) as multi:
         control = ControlClient(multi.url)
@@ -212,7 +212,7 @@ def test_unknown_template_falls_back_to_apply_chat_template(scripted_policy, tin
     """`--renderer default` (what an unknown model gets): every call is a full render that says why."""
     from tests.proxy.conftest import proxy_args
     from tests.servers import start_server
-    from veri.proxy.control_client import ControlClient
+    from veri.services.proxy.control_client import ControlClient
 
     with start_server(proxy_args(scripted_policy.url, tiny_model, tmp_path, "--renderer", "default")) as fallback:
         control = ControlClient(fallback.url)

@@ -11,8 +11,8 @@ import pytest
 
 from tests.proxy.conftest import standin
 from tests.waiting import wait_for
-from veri.proxy.errors import PolicyUnavailable
-from veri.proxy.policy_client import PolicyClient, PolicyCompletion, read_completion
+from veri.services.proxy.errors import PolicyUnavailable
+from veri.services.proxy.policy_client import PolicyClient, PolicyCompletion, read_completion
 
 PROMPT = list(range(150, 8350))
 

@@ -16,7 +16,7 @@ import pytest
 from tests.proxy.conftest import proxy_args, standin
 from tests.servers import RunningServer, start_server
 from veri.core.episodes import Effect, Rule, build_episode
-from veri.proxy.control_client import ControlClient
+from veri.services.proxy.control_client import ControlClient
 
 USER = [{"role": "user", "content": "hello"}]
 

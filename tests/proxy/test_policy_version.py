@@ -15,7 +15,7 @@ from transformers import AutoTokenizer
 
 from tests.proxy.conftest import proxy_args, standin
 from tests.servers import free_port, start_server
-from veri.proxy.control_client import ControlClient
+from veri.services.proxy.control_client import ControlClient
 
 
 def test_spans_carry_the_announced_version(tiny_model, tmp_path):

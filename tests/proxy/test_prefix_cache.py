@@ -11,10 +11,10 @@ import pytest
 import renderers
 from transformers import AutoTokenizer
 
-from veri.models import smollm2
-from veri.proxy.prefix_cache import PrefixRenderCache, TextSplit, TokenSplit
-from veri.proxy.rendering import ChatRendering
-from veri.proxy.settings import ProxySettings
+from veri.services.proxy.prefix_cache import PrefixRenderCache, TextSplit, TokenSplit
+from veri.services.proxy.rendering import ChatRendering
+from veri.services.proxy.settings import ProxySettings
+from veri.tools.models import smollm2
 
 SYSTEM = "You are a coding agent. Follow the repository's conventions. " * 40
 TOOLS = [

@@ -14,8 +14,8 @@ import pytest
 
 from tests.proxy.conftest import proxy_args, standin
 from tests.servers import start_server
-from veri.proxy.cli import register_serve, settings_from_args
-from veri.proxy.control_client import ControlClient
+from veri.services.proxy.cli import register_serve, settings_from_args
+from veri.services.proxy.control_client import ControlClient
 
 SESSIONS, TURNS = 4, 3
 

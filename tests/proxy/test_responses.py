@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 
 from tests.proxy.conftest import assert_bridged_chain, fake_weather, proxy_args
 from tests.servers import RunningServer, start_server
-from veri.proxy.control_client import ControlClient
+from veri.services.proxy.control_client import ControlClient
 
 WEATHER = {
     "type": "function",

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from veri.core.records import HostedTools
-from veri.proxy.errors import HostedToolsRefused, InvalidRequest, UnsupportedContent
-from veri.proxy.history import canonical_message
-from veri.proxy.responses.converter import to_chat_turn
-from veri.proxy.responses.protocol import ResponsesRequest
+from veri.services.proxy.errors import HostedToolsRefused, InvalidRequest, UnsupportedContent
+from veri.services.proxy.history import canonical_message
+from veri.services.proxy.responses.converter import to_chat_turn
+from veri.services.proxy.responses.protocol import ResponsesRequest
 
 
 def turn(**body):

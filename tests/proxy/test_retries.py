@@ -23,10 +23,10 @@ from tests.proxy.test_app import open_session, policy_standin, proxy_client, set
 from tests.servers import start_server
 from veri.core.episodes import Rule, build_episode
 from veri.core.records import SessionInfo, Span
-from veri.proxy.control_client import ControlClient
-from veri.proxy.history import IDEMPOTENCY_HEADER, RETRY_COUNT_HEADER, request_key
-from veri.proxy.long_texts import TEXT_KEYS
-from veri.proxy.store import SpanStore
+from veri.services.proxy.control_client import ControlClient
+from veri.services.proxy.history import IDEMPOTENCY_HEADER, RETRY_COUNT_HEADER, request_key
+from veri.services.proxy.long_texts import TEXT_KEYS
+from veri.services.proxy.store import SpanStore
 
 SLOW_S = 3.0  # the policy's delay on a slow call
 CLIENT_TIMEOUT_S = 2.0  # the SDK gives up on a try after this, and retries

@@ -11,7 +11,7 @@ import httpx
 
 from bench.reliability.scenarios import proxy_hostile as hostile
 from tests.servers import RunningServer
-from veri.proxy.control_client import ControlClient
+from veri.services.proxy.control_client import ControlClient
 
 EXAMPLES_PER_ROUTE = 12
 

@@ -8,8 +8,8 @@ from array import array
 from pathlib import Path
 
 from tests.core.spans import make_span
-from veri.proxy.long_texts import LONG_TEXT
-from veri.proxy.store import MAX_PROMPT_DEPTH, SharedIds, SpanStore
+from veri.services.proxy.long_texts import LONG_TEXT
+from veri.services.proxy.store import MAX_PROMPT_DEPTH, SharedIds, SpanStore
 
 SYSTEM = "You are a careful agent. " * 200  # 5,000 characters, the same in every call and rollout
 

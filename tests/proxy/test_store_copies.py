@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.core.spans import make_span
-from veri.proxy.store import RecentIds, SharedIds, SpanStore, _SpanIds
+from veri.services.proxy.store import RecentIds, SharedIds, SpanStore, _SpanIds
 
 
 def test_a_version_announced_through_one_worker_is_read_by_the_other(tmp_path: Path):

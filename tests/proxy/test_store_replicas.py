@@ -7,8 +7,8 @@ import sqlite3
 from pathlib import Path
 
 from veri.core.records import SessionStatus
-from veri.proxy.replicas import Replica, plan_replicas
-from veri.proxy.store import SpanStore
+from veri.services.proxy.replicas import Replica, plan_replicas
+from veri.services.proxy.store import SpanStore
 
 
 def test_plan_replicas_lists_each_servers_ranks():

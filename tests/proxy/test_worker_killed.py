@@ -17,8 +17,8 @@ from tests.logs import json_events, requests_logged
 from tests.prometheus import Scrape
 from tests.proxy.conftest import proxy_args, standin
 from tests.servers import start_server
-from veri.proxy.control_client import ControlClient
-from veri.proxy.timing import WORKER_PID_HEADER
+from veri.services.proxy.control_client import ControlClient
+from veri.services.proxy.timing import WORKER_PID_HEADER
 
 CHAT_ROUTE = "/r/{rollout_id}/v1/chat/completions"
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from veri.proxy.app import create_app
-from veri.proxy.settings import ProxySettings
-from veri.replay import policy
-from veri.replay.recording import Recording
-from veri.replay.runner import serve_in_thread
+from veri.services.proxy.app import create_app
+from veri.services.proxy.settings import ProxySettings
+from veri.tools.replay import policy
+from veri.tools.replay.recording import Recording
+from veri.tools.replay.runner import serve_in_thread
 
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
 # Every demo bundle's traffic, the SDKs' own loops, Claude Code starting a sub-agent, a

@@ -41,10 +41,10 @@ from tests.servers import RunningServer, start_server
 from veri.core.config import RewardConfig
 from veri.core.episodes import RolloutStatus
 from veri.core.records import SessionInfo
-from veri.proxy.control_client import ControlClient
-from veri.replay.recording import Recording, record_rollout
-from veri.webfixture.inline_tasks import inline_task
-from veri.webfixture.pages import task
+from veri.services.proxy.control_client import ControlClient
+from veri.services.webfixture.inline_tasks import inline_task
+from veri.services.webfixture.pages import task
+from veri.tools.replay.recording import Recording, record_rollout
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDINGS = Path(__file__).resolve().parent / "recordings"

@@ -11,9 +11,9 @@ from tests.replay.conftest import RECORDINGS
 from veri.core import branches
 from veri.core.branches import RowKind, TrainingRow
 from veri.core.token_account import sampled_tokens, token_account
-from veri.replay.diff import differences
-from veri.replay.recording import Recording
-from veri.replay.runner import replay_in_process
+from veri.tools.replay.diff import differences
+from veri.tools.replay.recording import Recording
+from veri.tools.replay.runner import replay_in_process
 
 
 @pytest.fixture

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from veri.core.records import RecordedRequest
-from veri.replay.policy import RecordedCompletions
-from veri.replay.recording import RecordingError
-from veri.replay.runner import check_model, replay_order
+from veri.tools.replay.policy import RecordedCompletions
+from veri.tools.replay.recording import RecordingError
+from veri.tools.replay.runner import check_model, replay_order
 
 
 @pytest.fixture

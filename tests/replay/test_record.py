@@ -16,8 +16,8 @@ from tests.replay.conftest import replaying_proxy
 from tests.replay.record_demos import URL_REWARD, anthropic_tool_loop
 from veri.cli import main
 from veri.core.records import SessionInfo
-from veri.proxy.control_client import ControlClient
-from veri.replay.recording import Recording
+from veri.services.proxy.control_client import ControlClient
+from veri.tools.replay.recording import Recording
 
 
 @pytest.fixture

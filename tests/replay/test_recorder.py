@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 
 from tests.replay.conftest import replaying_proxy
-from veri.proxy.control_client import ControlClient
+from veri.services.proxy.control_client import ControlClient
 
 QUESTION = b'{"model": "policy",  "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}'
 

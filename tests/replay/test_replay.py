@@ -7,9 +7,9 @@ import pytest
 
 from tests.replay.conftest import EXPECTED, RECORDINGS
 from veri.core import episodes
-from veri.replay.diff import differences
-from veri.replay.recording import Recording, RecordingError
-from veri.replay.runner import check_model, replay_in_process
+from veri.tools.replay.diff import differences
+from veri.tools.replay.recording import Recording, RecordingError
+from veri.tools.replay.runner import check_model, replay_in_process
 
 
 def test_every_demo_has_a_recording():

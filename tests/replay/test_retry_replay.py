@@ -5,8 +5,8 @@ many retries a span had, not when they came."""
 from __future__ import annotations
 
 from veri.cli import main
-from veri.proxy.history import RETRY_COUNT_HEADER
-from veri.replay.recording import Recording
+from veri.services.proxy.history import RETRY_COUNT_HEADER
+from veri.tools.replay.recording import Recording
 
 
 def with_a_retry_of_the_second_call(recording: Recording) -> Recording:

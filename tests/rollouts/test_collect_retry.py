@@ -8,8 +8,8 @@ import time
 import pytest
 
 from tests.servers import free_port, start_server
-from veri.proxy.control_client import ControlClient, ControlError
-from veri.rollouts.collect import until_proxy_answers
+from veri.loop.collect.collect import until_proxy_answers
+from veri.services.proxy.control_client import ControlClient, ControlError
 
 
 def test_a_call_waits_for_the_proxy_to_come_back(tiny_model):

@@ -27,7 +27,7 @@ VENDOR_PARTS = ["os", "wheels/base", "wheels/claude-agent", "wheels/runtime", "n
 def digests(tree: Path, vendor: Path, scripts: tuple[str, ...] = ("images.sh", "images-vllm-cpu.sh")) -> dict[str, str]:
     out = tree / "digests.txt"
     out.unlink(missing_ok=True)
-    pins = (ROOT / "services/veri/core/pins/gpu-stack.txt").read_text()
+    pins = (ROOT / "services/veri/gpu/stack/gpu-stack.txt").read_text()
     env = {**os.environ, "DIGESTS_TO": str(out), "VENDOR": str(vendor), "IMAGE_PREFIX": "veri",
            "CLAUDE_CODE_VERSION": makefile_version("CLAUDE_CODE_VERSION"),
            "CODEX_VERSION": makefile_version("CODEX_VERSION"),

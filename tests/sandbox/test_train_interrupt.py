@@ -37,8 +37,8 @@ def servers(tiny_model: Path, tmp_path_factory) -> Iterator[tuple[RunningServer,
 
 @pytest.fixture(scope="module")
 def sleep_image(docker_client, tmp_path_factory) -> str:
-    from veri.harness.build import build_bundle_image
-    from veri.launcher.docker_backend import ensure_rollouts_network
+    from veri.services.launcher.docker_backend import ensure_rollouts_network
+    from veri.tools.harness.build import build_bundle_image
 
     ensure_rollouts_network(docker_client, NETWORK)
     return build_bundle_image(JOB / "bundle", docker_client, vendor_root=tmp_path_factory.mktemp("vendor"),

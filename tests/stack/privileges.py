@@ -18,7 +18,7 @@ RO = "ro"  # a read-only mount; any other value is why the mount is writable
 TMP = {"/tmp": "tmpfs: gunicorn's worker files, prometheus's multiprocess folder, the libraries' caches (HOME)"}
 # exec: not docker's noexec default, for code written there
 TMP_EXEC = {"/tmp:exec": "the same, and the kernels torch (vLLM, GRPO's torch_compile) and triton compile and load"}
-EGRESS_GATEWAY = "egress gateway"  # not a compose service: the launcher starts it (launcher/docker_egress.py)
+EGRESS_GATEWAY = "egress gateway"  # not a compose service: the launcher starts it (services/launcher/docker_egress.py)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import docker
 import pytest
 
 from tests.stack.test_run_harness import records
-from veri.proxy.control_client import ControlClient
+from veri.services.proxy.control_client import ControlClient
 
 pytestmark = pytest.mark.slow
 PROBE = Path(__file__).parent / "isolation_probe"

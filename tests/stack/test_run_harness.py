@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.stack.conftest import CLAUDE_TASK, CODEX_TASK, OPENAI_TASK, dataset_row
-from veri.core.rollouts import RolloutRecord
+from veri.core.rollout_record import RolloutRecord
 
 pytestmark = pytest.mark.slow
 

@@ -57,10 +57,10 @@ def test_the_check_finds_an_equality_compare(tmp_path):
 def test_tokens_and_keys_are_compared_in_constant_time():
     assert secret_equality_compares(SERVICES) == [], "compare secrets with secrets.compare_digest"
     users = [p for p in SERVICES.rglob("*.py") if "compare_digest" in p.read_text()]
-    assert {p.relative_to(SERVICES).as_posix() for p in users} >= {"core/auth.py", "console/guard.py",
-                                                                   "proxy/store/sessions.py"}
+    assert {p.relative_to(SERVICES).as_posix() for p in users} >= {"core/auth.py", "services/console/guard.py",
+                                                                   "services/proxy/store/sessions.py"}
     # every control route checks its token through the one rule (core/auth.py)
-    for route in ("proxy/control/auth.py", "launcher/deps.py", "policy/hf/routes.py"):
+    for route in ("services/proxy/control/auth.py", "services/launcher/deps.py", "services/policy/hf/routes.py"):
         assert "from veri.core.auth import" in (SERVICES / route).read_text(), route
 
 

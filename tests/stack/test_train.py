@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.stack.conftest import REPO
-from veri.core.rollouts import RolloutRecord
+from veri.core.rollout_record import RolloutRecord
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # make train may rebuild veri/runtime first
 
@@ -62,7 +62,7 @@ def test_the_console_service_shows_the_trained_job_in_a_browser(stack, trained, 
     from selenium.webdriver.common.by import By
 
     from tests.console.browser import chromium, missing_browser, screenshot, wait_for
-    from veri.harness.debug import explain, read_records
+    from veri.tools.harness.debug import explain, read_records
 
     assert not missing_browser(), missing_browser()
     name, done = trained

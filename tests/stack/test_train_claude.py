@@ -14,7 +14,7 @@ import pytest
 
 from tests.stack.conftest import REPO, SUB_AGENT_TASK, dataset_row
 from veri.core.episodes import RowKind
-from veri.core.rollouts import RolloutRecord
+from veri.core.rollout_record import RolloutRecord
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # make train may rebuild veri/runtime first
 

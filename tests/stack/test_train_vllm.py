@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM
 from tests.servers import free_port
 from tests.stack.conftest import REPO
 from tests.stack.privileges import inspect_running, service_of, violations
-from veri.core.rollouts import RolloutRecord
+from veri.core.rollout_record import RolloutRecord
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # builds veri/vllm-cpu when missing; vLLM starts in minutes
 CONFIG = "config/url_extract_vllm_cpu.yaml"

@@ -125,14 +125,14 @@ def stack(tiny_model: Path, trainer_script: Path, tmp_path: Path) -> Iterator[tu
 def build_rollouts(config, proxy_url: str, tokenizer, archive, scorer, outputs: Path, *, served=None):
     """The rollout function the job builds, over the local backend (`config`: a loaded JobConfig)."""
     from veri.core.dataset import read_dataset
-    from veri.launcher.local import LocalBackend
-    from veri.proxy.control_client import ControlClient
-    from veri.rollouts.collect import GroupCollector, LaunchSettings
-    from veri.rollouts.runner import BackendRunner
-    from veri.trainer.grpo.rollout_func import HarnessRollouts
-    from veri.trainer.grpo.rows import MaskedRow
-    from veri.trainer.ui.progress import StepProgress
-    from veri.trainer.weights.sync import PolicyVersions
+    from veri.loop.collect.collect import GroupCollector, LaunchSettings
+    from veri.loop.collect.runner import BackendRunner
+    from veri.services.launcher.local import LocalBackend
+    from veri.services.proxy.control_client import ControlClient
+    from veri.services.trainer.grpo.rollout_func import HarnessRollouts
+    from veri.services.trainer.grpo.rows import MaskedRow
+    from veri.services.trainer.ui.progress import StepProgress
+    from veri.services.trainer.weights.sync import PolicyVersions
 
     settings = LaunchSettings(image=str(config.harness_bundle), model_name="policy", max_turns=4, timeout_s=60,
                               max_parallel=4)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tests.core.spans import make_span
 from veri.core.episodes import RolloutStatus, Rule, Verdict, build_episode
-from veri.core.rollouts import RewardOutcome, RolloutRecord
+from veri.core.rollout_record import RewardOutcome, RolloutRecord
 
 EOS = 5998  # any id < the tiny model's vocab works; tests pass the tokenizer's real eos where it matters
 

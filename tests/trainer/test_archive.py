@@ -14,11 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.core.spans import bridged_chain, make_span
-from veri.core.episodes import RolloutStatus, Rule, Verdict, build_episode
-from veri.core.records import ToolCallFailure
-from veri.core.rollouts import RewardOutcome, RolloutRecord
-from veri.harness.debug import explain, read_records
-from veri.trainer.archive import (
+from veri.archive import (
     ArchiveIndex,
     ArchiveInUse,
     JobArchive,
@@ -30,7 +26,11 @@ from veri.trainer.archive import (
     rebuild_index,
     step_metrics,
 )
-from veri.trainer.errors import JobError
+from veri.core.episodes import RolloutStatus, Rule, Verdict, build_episode
+from veri.core.records import ToolCallFailure
+from veri.core.rollout_record import RewardOutcome, RolloutRecord
+from veri.services.trainer.errors import JobError
+from veri.tools.harness.debug import explain, read_records
 
 TIMINGS = {"rollout": 2.0, "reward": 0.5, "train": 1.0, "weight_sync": 0.25}
 
@@ -453,7 +453,7 @@ def test_wandb_gets_metrics_when_a_key_is_set(tmp_path: Path, monkeypatch: pytes
 
 
 def test_search_filters_sorts_and_finds(archive: JobArchive):
-    from veri.trainer.archive import RolloutQuery
+    from veri.archive import RolloutQuery
 
     answers = ["the URL is https://a.example/x", "no idea", "100% sure: b_c"]
     for step in range(3):
@@ -482,8 +482,8 @@ def test_search_filters_sorts_and_finds(archive: JobArchive):
 
 
 def test_text_search_is_a_substring_through_the_full_text_index(archive: JobArchive):
-    from veri.trainer.archive import RolloutQuery
-    from veri.trainer.archive.index import IndexWriter, index_row
+    from veri.archive import RolloutQuery
+    from veri.archive.index import IndexWriter, index_row
 
     answers = ['He said "go" at 10:30; see a*b.', "École fermée", "the URL is https://a.example/x", "ok"]
     for task, text in enumerate(answers):
@@ -515,7 +515,7 @@ def test_text_search_is_a_substring_through_the_full_text_index(archive: JobArch
 
 
 def test_an_index_of_the_old_schema_is_refused_by_readers_and_rebuilt_by_the_trainer(tmp_path: Path):
-    from veri.trainer.archive import IndexOutdated, RolloutQuery
+    from veri.archive import IndexOutdated, RolloutQuery
 
     root = tmp_path / "archive"
     with JobArchive(root, "job-1") as archive:
@@ -536,7 +536,7 @@ def test_an_index_of_the_old_schema_is_refused_by_readers_and_rebuilt_by_the_tra
 @pytest.mark.parametrize(("raised", "status"), [(None, "finished"), (KeyboardInterrupt, "stopped"),
                                                 (RuntimeError, "failed")])
 def test_job_file_says_how_the_job_ended(tmp_path: Path, raised, status):
-    from veri.trainer.archive import ArchiveLayout, job_status, read_job_file
+    from veri.archive import ArchiveLayout, job_status, read_job_file
 
     layout = ArchiveLayout(tmp_path / "job-1")
 
@@ -559,8 +559,8 @@ def test_job_file_says_how_the_job_ended(tmp_path: Path, raised, status):
 
 
 def test_a_running_job_whose_trainer_died_reads_failed(tmp_path: Path):
-    from veri.trainer.archive import ArchiveLayout, job_status
-    from veri.trainer.archive.status import write_job_start
+    from veri.archive import ArchiveLayout, job_status
+    from veri.archive.status import write_job_start
 
     layout = ArchiveLayout(tmp_path / "job-1")
     layout.dir.mkdir()

@@ -15,16 +15,16 @@ import torch
 from tests.core.spans import make_span
 from tests.trainer.records import EOS, model_logprobs, scored, two_turn_spans
 from veri.core.episodes import RolloutStatus, RowKind, build_episode
-from veri.core.rollouts import RewardOutcome, RolloutRecord
-from veri.rewards import RewardFunction
-from veri.trainer.grpo.branch_rows import BRANCH_ROWS_FIELD
-from veri.trainer.grpo.config import CORRECTION
-from veri.trainer.grpo.rewards import trl_reward_funcs
-from veri.trainer.grpo.rows import MaskedRow, rollout_output
-from veri.trainer.grpo.setup import seat_weight_sync
-from veri.trainer.grpo.trainer import BRANCH_METRIC, TRUNCATED_METRIC, veri_trainer_class
-from veri.trainer.rollouts.tasks import task_key, trl_dataset
-from veri.trainer.weights.sync import PushedAfterEachStep
+from veri.core.rollout_record import RewardOutcome, RolloutRecord
+from veri.loop.rewards import RewardFunction
+from veri.services.trainer.grpo.branch_rows import BRANCH_ROWS_FIELD
+from veri.services.trainer.grpo.config import CORRECTION
+from veri.services.trainer.grpo.rewards import trl_reward_funcs
+from veri.services.trainer.grpo.rows import MaskedRow, rollout_output
+from veri.services.trainer.grpo.setup import seat_weight_sync
+from veri.services.trainer.grpo.trainer import BRANCH_METRIC, TRUNCATED_METRIC, veri_trainer_class
+from veri.services.trainer.schedule.tasks import task_key, trl_dataset
+from veri.services.trainer.weights.sync import PushedAfterEachStep
 
 SIDE_PROMPT, SIDE_COMPLETION = [70, 71, 72, 73, 74, 75], [80, 81, EOS]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.core.jobs import job, make_job_dir, write_job
 from tests.core.spans import bridged_chain, make_span
 from veri.core.episodes import RolloutStatus, build_episode
-from veri.core.rollouts import RewardOutcome, RolloutRecord
+from veri.core.rollout_record import RewardOutcome, RolloutRecord
 
 
 def veri(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

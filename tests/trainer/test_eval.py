@@ -15,10 +15,10 @@ from fastapi.testclient import TestClient
 
 from tests.trainer.conftest import write_job
 from tests.trainer.test_train import veri_on_stack
-from veri.console.app import create_app
-from veri.console.settings import ConsoleSettings
-from veri.trainer.archive import ArchiveIndex, read_metrics
-from veri.trainer.weights.policy_admin import PolicyAdmin
+from veri.archive import ArchiveIndex, read_metrics
+from veri.services.console.app import create_app
+from veri.services.console.settings import ConsoleSettings
+from veri.services.policy.hf.admin_client import PolicyAdmin
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """What a job means to TRL, against the installed TRL and peft: the GRPOConfig and LoraConfig kwargs
-(veri.trainer.grpo.config) and the trainer's checks through core's hook (veri.trainer.grpo.checks,
-veri.trainer.checks.TRAINER_CHECKS), as `veri validate` and `veri train` run them."""
+(veri.services.trainer.grpo.config) and the trainer's checks through core's hook (veri.services.trainer.grpo.trl_checks,
+veri.services.trainer.validation_hook.TRAINER_CHECKS), as `veri validate` and `veri train` run them."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ import pytest
 import trl
 
 from tests.core.jobs import job, make_job_dir, write_job
-from veri.core.checks import PER_TOKEN_LOSSES, UNEVEN_LOSSES
 from veri.core.config import JobConfig, parse_config, read_config_file
 from veri.core.grpo import PASS_THROUGH, TRL_BATCH_DEFAULTS, VERI_KNOBS, VERI_OWNED, StepBatch
-from veri.core.layout import GpuInventory
 from veri.core.problems import ProblemsError
-from veri.core.validation import check_config, load_config
-from veri.trainer.checks import TRAINER_CHECKS
-from veri.trainer.grpo.checks import check_grpo_section
-from veri.trainer.grpo.config import job_grpo_kwargs, knob_kwargs, lora_config_kwargs
+from veri.gpu.planner import GpuInventory
+from veri.services.trainer.grpo.config import job_grpo_kwargs, knob_kwargs, lora_config_kwargs
+from veri.services.trainer.grpo.trl_checks import check_grpo_section
+from veri.services.trainer.validation_hook import TRAINER_CHECKS
+from veri.validation.job_checks import PER_TOKEN_LOSSES, UNEVEN_LOSSES
+from veri.validation.run import check_config, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -138,7 +138,7 @@ def test_the_batch_veri_describes_is_the_one_trl_makes(tmp_path: Path):
 
 
 def test_every_loss_type_of_the_installed_trl_is_noted_or_weighs_every_token_alike():
-    """The loss-type note (core/checks.py) covers every loss TRL's `_compute_loss` knows: those dividing by
+    """The loss-type note (validation/job_checks.py) covers every loss TRL's `_compute_loss` knows: those dividing by
     the batch's trained tokens (`num_items_in_batch`) need none, every other one gets its note."""
     import inspect
     import re

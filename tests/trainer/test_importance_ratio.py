@@ -8,13 +8,13 @@ import math
 import pytest
 import torch
 
-from veri.rewards import RewardFunction
-from veri.trainer.grpo.config import CORRECTION
-from veri.trainer.grpo.rewards import trl_reward_funcs
-from veri.trainer.grpo.setup import seat_weight_sync
-from veri.trainer.grpo.trainer import TRUNCATED_METRIC, veri_trainer_class
-from veri.trainer.rollouts.tasks import task_key, trl_dataset
-from veri.trainer.weights.sync import PushedAfterEachStep
+from veri.loop.rewards import RewardFunction
+from veri.services.trainer.grpo.config import CORRECTION
+from veri.services.trainer.grpo.rewards import trl_reward_funcs
+from veri.services.trainer.grpo.setup import seat_weight_sync
+from veri.services.trainer.grpo.trainer import TRUNCATED_METRIC, veri_trainer_class
+from veri.services.trainer.schedule.tasks import task_key, trl_dataset
+from veri.services.trainer.weights.sync import PushedAfterEachStep
 
 PROMPT, COMPLETION = [5, 6, 7, 8], [9, 10, 11, 12, 13]
 CAP = 3.0

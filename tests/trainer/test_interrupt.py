@@ -1,4 +1,4 @@
-"""Stop signals in `veri train` (`veri.trainer.ui.interrupt`), in a fresh interpreter each (the handlers
+"""Stop signals in `veri train` (`veri.services.trainer.ui.interrupt`), in a fresh interpreter each (the handlers
 are process-wide): the first SIGINT / SIGTERM cancels the running step so its clean-up runs to the
 end, a second one does not cut that clean-up short, then KeyboardInterrupt."""
 
@@ -11,7 +11,7 @@ import pytest
 
 STEP = '''
 import asyncio, os, signal, sys
-from veri.trainer.ui.interrupt import install_stop_handlers, run_until_stopped
+from veri.services.trainer.ui.interrupt import install_stop_handlers, run_until_stopped
 
 install_stop_handlers()
 
@@ -33,7 +33,7 @@ except KeyboardInterrupt:
 
 BETWEEN_STEPS = '''
 import os, signal, time
-from veri.trainer.ui.interrupt import install_stop_handlers
+from veri.services.trainer.ui.interrupt import install_stop_handlers
 
 install_stop_handlers()
 try:

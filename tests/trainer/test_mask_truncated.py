@@ -16,19 +16,19 @@ from tests.core.jobs import job, make_job_dir, write_job
 from tests.core.spans import make_span
 from tests.trainer.records import EOS, two_turn_spans
 from veri.core.episodes import Effect, RolloutStatus, RowKind, Rule, build_episode, truncate_episode, unfinished_rows
-from veri.core.rollouts import RewardOutcome, RolloutRecord
-from veri.core.validation import load_config
-from veri.rewards import RewardFunction
-from veri.trainer.checks import TRAINER_CHECKS
-from veri.trainer.grpo.branch_rows import BRANCH_ROWS_FIELD
-from veri.trainer.grpo.config import CORRECTION, job_grpo_kwargs, masks_truncated
-from veri.trainer.grpo.rewards import trl_reward_funcs
-from veri.trainer.grpo.rollout_func import HarnessRollouts
-from veri.trainer.grpo.rows import REWARDS_FIELD, MaskedRow, rollout_output
-from veri.trainer.grpo.setup import seat_weight_sync
-from veri.trainer.grpo.trainer import veri_trainer_class
-from veri.trainer.rollouts.tasks import task_key, trl_dataset
-from veri.trainer.weights.sync import PushedAfterEachStep
+from veri.core.rollout_record import RewardOutcome, RolloutRecord
+from veri.loop.rewards import RewardFunction
+from veri.services.trainer.grpo.branch_rows import BRANCH_ROWS_FIELD
+from veri.services.trainer.grpo.config import CORRECTION, job_grpo_kwargs, masks_truncated
+from veri.services.trainer.grpo.rewards import trl_reward_funcs
+from veri.services.trainer.grpo.rollout_func import HarnessRollouts
+from veri.services.trainer.grpo.rows import REWARDS_FIELD, MaskedRow, rollout_output
+from veri.services.trainer.grpo.setup import seat_weight_sync
+from veri.services.trainer.grpo.trainer import veri_trainer_class
+from veri.services.trainer.schedule.tasks import task_key, trl_dataset
+from veri.services.trainer.validation_hook import TRAINER_CHECKS
+from veri.services.trainer.weights.sync import PushedAfterEachStep
+from veri.validation.run import load_config
 
 SIDE_PROMPT = [70, 71, 72, 73]
 NOT_EOS = 81

@@ -11,11 +11,11 @@ import torch
 
 from tests.trainer.records import failed, scored
 from veri.core.episodes import RolloutStatus
-from veri.core.rollouts import RolloutRecord
-from veri.rewards import RewardFunction
-from veri.trainer.grpo.rewards import trl_reward_funcs
-from veri.trainer.grpo.rows import MaskedRow, rollout_output
-from veri.trainer.rollouts.tasks import task_key, trl_dataset
+from veri.core.rollout_record import RolloutRecord
+from veri.loop.rewards import RewardFunction
+from veri.services.trainer.grpo.rewards import trl_reward_funcs
+from veri.services.trainer.grpo.rows import MaskedRow, rollout_output
+from veri.services.trainer.schedule.tasks import task_key, trl_dataset
 
 
 def group_a() -> list[RolloutRecord]:

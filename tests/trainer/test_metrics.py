@@ -14,8 +14,8 @@ import pytest
 from tests.prometheus import Scrape
 from tests.servers import free_port
 from tests.trainer.conftest import write_job
+from veri.archive import read_metrics
 from veri.core.episodes import RolloutStatus, Rule
-from veri.trainer.archive import read_metrics
 
 pytestmark = pytest.mark.slow
 

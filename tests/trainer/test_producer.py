@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from veri.trainer.rollouts.producer import FinishedGroup, GroupProducer, GroupSchedule, Stopped
+from veri.services.trainer.schedule.producer import FinishedGroup, GroupProducer, GroupSchedule, Stopped
 
 pytestmark = pytest.mark.timeout(60)  # a producer that never hands a group over leaves `take` waiting
 

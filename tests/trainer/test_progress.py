@@ -8,8 +8,8 @@ from types import SimpleNamespace
 from rich.console import Console
 
 from tests.trainer.records import failed, scored
-from veri.trainer.ui.bars import TrainingBars, use_bars
-from veri.trainer.ui.progress import StepMetricsCallback, StepProgress
+from veri.services.trainer.ui.bars import TrainingBars, use_bars
+from veri.services.trainer.ui.progress import StepMetricsCallback, StepProgress
 
 
 class FakeArchive:

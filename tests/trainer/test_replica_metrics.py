@@ -4,7 +4,7 @@ rate from the cached prompt tokens vLLM reported per call."""
 from __future__ import annotations
 
 from tests.trainer.records import scored
-from veri.trainer.archive import step_metrics
+from veri.archive import step_metrics
 
 
 def _on(record, replica, cached):

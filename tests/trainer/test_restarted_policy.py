@@ -26,16 +26,16 @@ from transformers import AutoTokenizer
 from tests.servers import free_port, start_server
 from tests.trainer.conftest import MAX_TOKENS, write_job, write_tasks
 from tests.trainer.test_train import veri_train
+from veri.archive import ArchiveIndex, read_metrics
 from veri.core.episodes import RolloutStatus, Rule, build_episode
 from veri.core.launch import LaunchResult
-from veri.core.rollouts import RolloutRecord
-from veri.proxy.control_client import ControlClient
-from veri.rollouts.collect import CollectedRollout
-from veri.trainer.archive import ArchiveIndex, read_metrics
-from veri.trainer.grpo.rollout_func import HarnessRollouts
-from veri.trainer.weights.served import CLOCK_SLACK_S, ServedWeights
-from veri.trainer.weights.sync import announce_version
-from veri.trainer.weights.vllm_admin import VllmAdmin
+from veri.core.rollout_record import RolloutRecord
+from veri.loop.collect.collect import CollectedRollout
+from veri.services.policy.vllm.admin_client import VllmAdmin
+from veri.services.proxy.control_client import ControlClient
+from veri.services.trainer.grpo.rollout_func import HarnessRollouts
+from veri.services.trainer.weights.served import CLOCK_SLACK_S, ServedWeights
+from veri.services.trainer.weights.sync import announce_version
 
 STANDIN = Path(__file__).parents[1] / "vllm_standin.py"
 

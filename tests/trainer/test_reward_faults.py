@@ -14,7 +14,7 @@ import pytest
 from bench.reliability.scenarios.reward_faults import check_job, train, write_reward_job
 from tests.rewards.test_rewards import inputs, score
 from veri.core.episodes import Rule
-from veri.rewards import RewardFunction, RewardScorer
+from veri.loop.rewards import RewardFunction, RewardScorer
 
 
 @pytest.mark.parametrize(("value", "message"), [

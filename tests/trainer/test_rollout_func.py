@@ -9,11 +9,11 @@ import httpx
 from transformers import AutoTokenizer
 
 from tests.trainer.conftest import build_rollouts, write_job
+from veri.archive import JobArchive
 from veri.core.episodes import Rule
-from veri.core.validation import load_config
-from veri.rewards import RewardScorer, load_reward_functions
-from veri.trainer.archive import JobArchive
-from veri.trainer.rollouts.tasks import task_key
+from veri.loop.rewards import RewardScorer, load_reward_functions
+from veri.services.trainer.schedule.tasks import task_key
+from veri.validation.run import load_config
 
 
 class WatchedDisplay:

@@ -13,15 +13,15 @@ import pytest
 
 from tests.core.spans import make_span
 from veri.core.episodes import Effect, RolloutStatus, Rule, build_episode
-from veri.core.http import HttpCallError
 from veri.core.launch import LaunchResult
 from veri.core.policy_api import ServerProcess
 from veri.core.records import ReplicaStats
-from veri.core.rollouts import RolloutRecord
-from veri.rollouts.collect import CollectedRollout
-from veri.trainer.errors import WeightSyncError
-from veri.trainer.grpo.rollout_func import HarnessRollouts
-from veri.trainer.weights.served import CLOCK_SLACK_S, ServedWeights
+from veri.core.rollout_record import RolloutRecord
+from veri.infra.http import HttpCallError
+from veri.loop.collect.collect import CollectedRollout
+from veri.services.trainer.errors import WeightSyncError
+from veri.services.trainer.grpo.rollout_func import HarnessRollouts
+from veri.services.trainer.weights.served import CLOCK_SLACK_S, ServedWeights
 
 
 class Probe:

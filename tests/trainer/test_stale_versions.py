@@ -12,11 +12,11 @@ import pytest
 from tests.core.spans import make_span
 from veri.core.episodes import Effect, RolloutStatus, Rule, build_episode
 from veri.core.launch import LaunchResult
-from veri.core.rollouts import RolloutRecord
-from veri.rollouts.collect import CollectedRollout
-from veri.trainer.grpo.rollout_func import HarnessRollouts
-from veri.trainer.rollouts.producer import GroupProducer, GroupSchedule
-from veri.trainer.weights.sync import PolicyVersions
+from veri.core.rollout_record import RolloutRecord
+from veri.loop.collect.collect import CollectedRollout
+from veri.services.trainer.grpo.rollout_func import HarnessRollouts
+from veri.services.trainer.schedule.producer import GroupProducer, GroupSchedule
+from veri.services.trainer.weights.sync import PolicyVersions
 
 
 def collected(first: int, second: int) -> CollectedRollout:

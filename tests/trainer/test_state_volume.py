@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.records import scored
-from veri.trainer.archive import JobArchive
-from veri.trainer.archive.volume import RESERVE_BYTES, filled_up
-from veri.trainer.errors import StateVolumeFull
+from veri.archive import JobArchive
+from veri.archive.volume import RESERVE_BYTES, filled_up
+from veri.services.trainer.errors import StateVolumeFull
 
 
 @pytest.fixture

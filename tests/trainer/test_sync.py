@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from veri.core.policy_api import ServerProcess
-from veri.trainer.weights.served import ServedWeights
-from veri.trainer.weights.sync import HfWeightSync, PolicyVersions, WeightSyncError
+from veri.services.trainer.weights.served import ServedWeights
+from veri.services.trainer.weights.sync import HfWeightSync, PolicyVersions, WeightSyncError
 
 
 class FakeAdmin:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from veri.trainer.rollouts.tasks import TaskGroup, task_groups, task_key, trl_dataset
+from veri.services.trainer.schedule.tasks import TaskGroup, task_groups, task_key, trl_dataset
 
 
 def test_runs_of_equal_keys_are_groups_in_order():

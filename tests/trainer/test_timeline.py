@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from veri.trainer.timeline.intervals import busy_fraction, covered, gaps, union
-from veri.trainer.timeline.record import Call, Phase, RolloutTimes, step_timeline, utilisation
-from veri.trainer.timeline.recorder import StepTimeline
+from veri.services.trainer.timeline.intervals import busy_fraction, covered, gaps, union
+from veri.services.trainer.timeline.record import Call, Phase, RolloutTimes, step_timeline, utilisation
+from veri.services.trainer.timeline.recorder import StepTimeline
 
 
 def test_overlapping_intervals_count_once_and_gaps_are_what_is_left():

@@ -10,10 +10,10 @@ import pytest
 
 from tests.trainer.records import scored
 from tests.trainer.test_progress import FakeArchive
+from veri.archive.metrics import step_metrics
 from veri.core.records import ToolCallFailure, ToolCallParseFailure
-from veri.core.rollouts import RolloutRecord
-from veri.trainer.archive.metrics import step_metrics
-from veri.trainer.ui.progress import StepMetricsCallback, StepProgress
+from veri.core.rollout_record import RolloutRecord
+from veri.services.trainer.ui.progress import StepMetricsCallback, StepProgress
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
 

@@ -14,9 +14,9 @@ import torch
 from safetensors.torch import load_file
 
 from tests.trainer.conftest import write_job, write_tasks
+from veri.archive import ArchiveIndex, read_metrics
 from veri.core.episodes import RowKind
-from veri.trainer.archive import ArchiveIndex, read_metrics
-from veri.trainer.weights.policy_admin import PolicyAdmin
+from veri.services.policy.hf.admin_client import PolicyAdmin
 
 pytestmark = pytest.mark.slow
 
@@ -183,7 +183,7 @@ def test_eval_every_evaluates_the_held_out_tasks_after_the_sync(stack, tiny_mode
         assert len(records) == 2 and all(record.task_index == 0 for record in records)
         assert {span.policy_version for record in records for span in record.spans} == {version}
     assert span_versions(tmp_path / "jobs" / "job") == {0: {0}, 1: {1}}  # training's own spans, unchanged
-    from veri.console.jobs import JobFolders
+    from veri.services.console.jobs import JobFolders
 
     evals = JobFolders(tmp_path / "jobs").evals_of("job")
     assert [entry["name"] for entry in evals] == ["job-eval-step-2", "job-eval-step-1"]

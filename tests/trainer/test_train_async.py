@@ -14,8 +14,8 @@ import pytest
 
 from tests.trainer.conftest import write_job, write_tasks
 from tests.trainer.test_train import assert_timeline_matches_metrics, veri_train
+from veri.archive import ArchiveIndex, read_metrics
 from veri.core.episodes import Rule
-from veri.trainer.archive import ArchiveIndex, read_metrics
 
 pytestmark = pytest.mark.slow
 

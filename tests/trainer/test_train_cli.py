@@ -1,5 +1,5 @@
 """`veri train` refusing to start or stopping on an expected failure: one line that says why, exit 1, no
-traceback (trainer/errors.py). No real servers needed."""
+traceback (services/trainer/errors.py). No real servers needed."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ import pytest
 
 from tests.servers import free_port
 from tests.trainer.conftest import write_job
+from veri.archive import JobArchive
 from veri.cli import main
-from veri.launcher.errors import SandboxUnavailable
-from veri.trainer import job as job_module
-from veri.trainer.archive import JobArchive
-from veri.trainer.errors import WeightSyncError
-from veri.trainer.weights.policy_admin import PolicyAdminError
+from veri.services.launcher.errors import SandboxUnavailable
+from veri.services.policy.hf.admin_client import PolicyAdminError
+from veri.services.trainer import job as job_module
+from veri.services.trainer.errors import WeightSyncError
 
 
 def veri(*args: str) -> subprocess.CompletedProcess:

@@ -9,8 +9,8 @@ import torch
 
 from tests.trainer.records import scored
 from tests.trainer.test_branch_rows import make_trainer
-from veri.trainer.grpo import unpad
-from veri.trainer.grpo.unpad import used_columns
+from veri.services.trainer.grpo import unpad
+from veri.services.trainer.grpo.unpad import used_columns
 
 # (prompt, completion) lengths: the batch's rows differ in both, as a rollout's main and sub-agent rows do
 ROWS = [(40, 9), (25, 3), (12, 14)]

@@ -19,20 +19,21 @@ from transformers import AutoTokenizer
 from tests.servers import free_port, start_server
 from tests.trainer.conftest import MAX_TOKENS, build_rollouts, write_job
 from tests.trainer.records import model_logprobs
+from veri.archive import JobArchive
 from veri.core.config import JobConfig, parse_config
-from veri.core.layout import GpuInventory
-from veri.core.validation import load_config
-from veri.proxy.control_client import ControlClient
-from veri.rewards import RewardFunction, RewardScorer, load_reward_functions
-from veri.trainer.archive import JobArchive
-from veri.trainer.grpo.rewards import trl_reward_funcs
-from veri.trainer.grpo.setup import build_trainer, grpo_config_kwargs, lora_config, seat_weight_sync
-from veri.trainer.periodic_eval import sync_now
-from veri.trainer.rollouts.tasks import task_key, trl_dataset
-from veri.trainer.weights.served import ServedWeights
-from veri.trainer.weights.sync import announce_version
-from veri.trainer.weights.vllm_admin import VllmAdmin
-from veri.trainer.weights.vllm_sync import AnnouncedSync
+from veri.gpu.job import plan_job
+from veri.gpu.planner import GpuInventory
+from veri.loop.rewards import RewardFunction, RewardScorer, load_reward_functions
+from veri.services.policy.vllm.admin_client import VllmAdmin
+from veri.services.proxy.control_client import ControlClient
+from veri.services.trainer.grpo.rewards import trl_reward_funcs
+from veri.services.trainer.grpo.setup import build_trainer, grpo_config_kwargs, lora_config, seat_weight_sync
+from veri.services.trainer.periodic_eval import sync_now
+from veri.services.trainer.schedule.tasks import task_key, trl_dataset
+from veri.services.trainer.weights.served import ServedWeights
+from veri.services.trainer.weights.sync import announce_version
+from veri.services.trainer.weights.vllm_sync import AnnouncedSync
+from veri.validation.run import load_config
 
 VLLM_JOB = {"backend": "vllm", "max_steps": 7, "rollouts_per_prompt": 4, "lora_rank": 8,
             "sampling": {"temperature": 0.7, "top_p": 0.9}, "grpo": {"per_device_train_batch_size": 8}}
@@ -42,7 +43,7 @@ def test_vllm_job_uses_trl_server_mode_against_the_policy(tiny_model, tmp_path):
     from trl import GRPOConfig
 
     config = vllm_job(tiny_model, tmp_path)
-    plan = config.gpu_layout(GpuInventory.nvidia(4))
+    plan = plan_job(config, GpuInventory.nvidia(4))
     kwargs = grpo_config_kwargs(config, output_dir=tmp_path / "ckpt", policy_url="http://policy:8001",
                                 reward_weights=[1.0], plan=plan)
     assert kwargs["use_vllm"] is True and kwargs["vllm_mode"] == "server"
@@ -60,7 +61,7 @@ def test_filesystem_sync_builds_trl_without_its_nccl_client(tiny_model, tmp_path
     """One GPU or the CPU twin: TRL gets no client of its own (it would open an NCCL group); veri's
     filesystem sync takes its seat, with TRL's server-mode steps (the sync, the IS correction) on."""
     config = vllm_job(tiny_model, tmp_path).model_copy(update={"device": "cpu"})
-    plan = config.gpu_layout()
+    plan = plan_job(config)
     kwargs = grpo_config_kwargs(config, output_dir=tmp_path / "ckpt", policy_url="http://policy:8001",
                                 reward_weights=[1.0], plan=plan)
     assert plan.weight_sync == "filesystem"
@@ -88,7 +89,7 @@ sampler probability per token, truncated at `importance_sampling_cap`."""
     config = vllm_job(tiny_model, tmp_path).model_copy(update={"device": "cpu"})
     funcs, weights = trl_reward_funcs([RewardFunction.wrap("reward", lambda **kw: None)])
     kwargs = grpo_config_kwargs(config, output_dir=tmp_path / "ckpt", policy_url="http://policy:8001",
-                                reward_weights=weights, plan=config.gpu_layout())
+                                reward_weights=weights, plan=plan_job(config))
     rows = kwargs["per_device_train_batch_size"]  # one generation batch: 2 groups of 4
     prompt, completion = [5, 6, 7, 8], [9, 10, 11]
     # The sampler's logprobs: the model's own, less these (ratios e^0.4, e^-0.3, e^2: the last over the cap).
@@ -177,7 +178,7 @@ def test_the_gpu_pins_agree_with_trl():
 
     from packaging.requirements import Requirement
 
-    from veri.trainer.gpu_stack import GPU_PINS, gpu_stack_problems
+    from veri.services.trainer.gpu_stack import GPU_PINS, gpu_stack_problems
 
     assert version("trl") == GPU_PINS["trl"] and version("torch").split("+")[0] == GPU_PINS["torch"]
     [window] = [Requirement(r) for r in requires("trl") if r.startswith("vllm") and 'extra == "vllm"' in r]

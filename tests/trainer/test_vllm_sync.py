@@ -1,4 +1,4 @@
-"""The `filesystem` weight sync into vLLM servers (trainer/weights/vllm_sync.py), against vLLM's routes as
+"""The `filesystem` weight sync into vLLM servers (services/trainer/weights/vllm_sync.py), against vLLM's routes as
 an httpx MockTransport answers them; the real servers: tests/stack/test_train_vllm.py."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import httpx
 import pytest
 import torch
 
-from veri.trainer.errors import WeightSyncError
-from veri.trainer.weights.vllm_admin import LOADED_METHOD, RELOAD_METHOD, VllmAdmin
-from veri.trainer.weights.vllm_sync import FilesystemSync, TimedSync, release_held
+from veri.services.policy.vllm import WORKER_EXTENSION
+from veri.services.policy.vllm.admin_client import LOADED_METHOD, RELOAD_METHOD, VllmAdmin
+from veri.services.trainer.errors import WeightSyncError
+from veri.services.trainer.weights.vllm_sync import FilesystemSync, TimedSync, release_held
 
 
 def trainer_at(step: int) -> SimpleNamespace:
@@ -85,7 +86,7 @@ def test_a_server_that_does_not_answer_fails_the_step_by_name(tmp_path):
 def test_a_server_without_veris_worker_extension_is_named(tmp_path):
     plain = server([], answer=[None])  # vLLM's own reload answers nothing
     sync = FilesystemSync(trainer_at(0), [plain], tmp_path, report=print, timing=lambda *a: None)
-    with pytest.raises(WeightSyncError, match="--worker-extension-cls veri.policy.vllm.worker.WeightReloadExtension"):
+    with pytest.raises(WeightSyncError, match="--worker-extension-cls " + WORKER_EXTENSION):
         sync.sync_weights()
 
 

@@ -9,8 +9,8 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
-from veri.policy.hf.weights import read_update
-from veri.trainer.weights.state import WEIGHTS_FILE, policy_state_dict, write_weights
+from veri.services.policy.hf.weights import read_update
+from veri.services.policy.weight_files import WEIGHTS_FILE, policy_state_dict, write_weights
 
 
 def test_full_model_weights_are_accepted_by_the_policy_server(tiny_model, tmp_path):

@@ -81,7 +81,7 @@ def unstoppable(docker_client: Any) -> str | None:
 def stop_dockerd(docker_client: Any, *, network: str, image: str, proxy_url: str, proxy_host: str,
                  published_url: str, workdir: Path, outage_s: float = 8.0) -> Outage:
     """Stop dockerd for about `outage_s` seconds (SIGTERM until setup.sh has it answering again)."""
-    from veri.launcher.docker_hosts import PinnedHosts
+    from veri.services.launcher.docker_hosts import PinnedHosts
 
     outage = Outage()
     folder = workdir / f"probe-{uuid.uuid4().hex[:6]}"

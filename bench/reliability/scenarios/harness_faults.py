@@ -140,7 +140,7 @@ def write_job(folder: Path, model: Path, mix: list[list[str]], *, spam_mib: int,
 
 
 def build_image(docker_client: Any, vendor_root: Path) -> str:
-    from veri.harness.build import build_bundle_image
+    from veri.tools.harness.build import build_bundle_image
 
     return build_bundle_image(BUNDLE, docker_client, vendor_root=vendor_root, download=False)
 
@@ -183,7 +183,7 @@ class FaultsStack:
 @contextlib.contextmanager
 def faults_stack(docker_client: Any, model: Path, workdir: Path) -> Iterator[FaultsStack]:
     from tests.servers import start_server, stop_server
-    from veri.launcher.docker_backend import ensure_rollouts_network
+    from veri.services.launcher.docker_backend import ensure_rollouts_network
 
     ensure_rollouts_network(docker_client, NETWORK)
     control = _control_network(docker_client)
@@ -291,7 +291,7 @@ def run_step(*, docker_client: Any, model: Path, stack: FaultsStack, image: str,
 
 
 def _check_archive(report: StepReport, job_dir: Path, outputs: Path) -> None:
-    from veri.trainer.archive import ArchiveIndex, read_metrics
+    from veri.archive import ArchiveIndex, read_metrics
 
     with ArchiveIndex(job_dir) as index:
         paths = [index.layout.inside(row["path"]) for row in index.rollouts(limit=100_000)]

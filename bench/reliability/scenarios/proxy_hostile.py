@@ -31,12 +31,12 @@ if str(REPO) not in sys.path:  # run by bench/reliability/run.py, not from the r
 
 from tests.servers import start_server  # noqa: E402
 from veri.core.records import SessionInfo  # noqa: E402
-from veri.proxy.anthropic.protocol import MessagesRequest  # noqa: E402
-from veri.proxy.control_client import ControlClient  # noqa: E402
-from veri.proxy.openai.protocol import ChatCompletionRequest, CompletionRequest  # noqa: E402
-from veri.proxy.requests import MAX_TOOLS  # noqa: E402
-from veri.proxy.responses.protocol import ResponsesRequest  # noqa: E402
-from veri.proxy.settings import ProxySettings  # noqa: E402
+from veri.services.proxy.anthropic.protocol import MessagesRequest  # noqa: E402
+from veri.services.proxy.control_client import ControlClient  # noqa: E402
+from veri.services.proxy.openai.protocol import ChatCompletionRequest, CompletionRequest  # noqa: E402
+from veri.services.proxy.requests import MAX_TOOLS  # noqa: E402
+from veri.services.proxy.responses.protocol import ResponsesRequest  # noqa: E402
+from veri.services.proxy.settings import ProxySettings  # noqa: E402
 
 NAME = "proxy_hostile"
 
@@ -384,7 +384,7 @@ def hostile_stack(model: Path, *, max_tokens: int = 8) -> Iterator[tuple[str, in
 
 
 def tiny_model() -> Path:
-    from veri.models.tiny import build_tiny_model
+    from veri.tools.models.tiny import build_tiny_model
 
     prebuilt = REPO / "build" / "models" / "tiny"
     return prebuilt if (prebuilt / "config.json").exists() else build_tiny_model(prebuilt)

@@ -39,7 +39,7 @@ if str(REPO) not in sys.path:  # run by bench/reliability/run.py, not from the r
 
 from tests.servers import start_server  # noqa: E402
 from veri.core.records import SessionInfo, Span  # noqa: E402
-from veri.proxy.control_client import ControlClient  # noqa: E402
+from veri.services.proxy.control_client import ControlClient  # noqa: E402
 
 NAME = "proxy_load"
 
@@ -216,7 +216,7 @@ def load_stack(model: Path, *policy_args: str, workers: int = 1) -> Iterator[tup
 
 
 def tiny_model() -> Path:
-    from veri.models.tiny import build_tiny_model
+    from veri.tools.models.tiny import build_tiny_model
 
     prebuilt = REPO / "build" / "models" / "tiny"
     return prebuilt if (prebuilt / "config.json").exists() else build_tiny_model(prebuilt)

@@ -90,7 +90,7 @@ def write_reward_job(folder: Path, model: Path, *, max_steps: int, rollouts_per_
 def check_job(job_dir: Path, steps: int) -> tuple[dict[str, int], list[str]]:
     """(counts, problems) over the archived job: every faulty rollout a masked reward_error of its kind,
     every healthy one scored and trainable, every step's metrics line written with a finite loss."""
-    from veri.trainer.archive import ArchiveIndex, read_metrics
+    from veri.archive import ArchiveIndex, read_metrics
 
     problems: list[str] = []
     counts = {"rollouts": 0, "reward_error": 0, "trainable": 0}

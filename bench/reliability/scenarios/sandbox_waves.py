@@ -53,7 +53,7 @@ class WavesReport:
 
 
 def build_image(docker_client: Any, folder: Path) -> str:
-    from veri.harness.build import build_bundle_image
+    from veri.tools.harness.build import build_bundle_image
 
     bundle = folder / "sandbox_waves"
     bundle.mkdir(parents=True)
@@ -64,7 +64,7 @@ def build_image(docker_client: Any, folder: Path) -> str:
 def run_waves(launcher_url: str, image: str, output_root: Path, *, waves: int, wave: int) -> WavesReport:
     """`waves` groups of `wave` launches, one after the other; each result checked."""
     from veri.core.launch import GroupLaunch, RolloutLaunch
-    from veri.launcher.client import LauncherClient
+    from veri.services.launcher.client import LauncherClient
 
     report = WavesReport()
     subdir = f"waves-{uuid.uuid4().hex[:6]}"
@@ -93,7 +93,7 @@ def leftovers(docker_client: Any, launcher_id: str) -> int:
 def check(docker_client: Any, *, waves: int, wave: int) -> WavesReport:
     """A launcher service of its own, the image built, the waves run: the report."""
     from tests.servers import start_server
-    from veri.launcher.docker_backend import ensure_rollouts_network
+    from veri.services.launcher.docker_backend import ensure_rollouts_network
 
     ensure_rollouts_network(docker_client, NETWORK)
     launcher_id = f"waves-{uuid.uuid4().hex[:6]}"

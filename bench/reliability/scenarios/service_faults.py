@@ -169,7 +169,7 @@ def service_stack(docker_client: Any, model: Path, workdir: Path) -> Iterator[Se
     (as harness_faults: sandboxes reach only that network) with `restart: on-failure`, as compose.yaml."""
     from bench.reliability.scenarios.harness_faults import _control_network
     from tests.servers import free_port
-    from veri.launcher.docker_backend import ensure_rollouts_network
+    from veri.services.launcher.docker_backend import ensure_rollouts_network
 
     ensure_rollouts_network(docker_client, NETWORK)
     control = _control_network(docker_client)
@@ -258,7 +258,7 @@ def write_job(folder: Path, model: Path, *, tasks: int, calls: int, max_steps: i
 
 
 def build_image(docker_client: Any, vendor_root: Path) -> str:
-    from veri.harness.build import build_bundle_image
+    from veri.tools.harness.build import build_bundle_image
 
     return build_bundle_image(BUNDLE, docker_client, vendor_root=vendor_root, download=False)
 
@@ -369,7 +369,7 @@ def run_faults(*, docker_client: Any, stack: ServiceStack, model: Path, image: s
     if status != 0:
         report.problems.append(f"veri train exited {status}: {trainer.tail()}")
         return report
-    from veri.proxy.control_client import ControlClient
+    from veri.services.proxy.control_client import ControlClient
 
     control = ControlClient(stack.proxy_url, token=stack.token)
     check_archive(report, jobs / job_name, stack.output_root / job_name, control, per_step=2 * tasks)
@@ -420,7 +420,7 @@ def check_console(report: FaultReport, console: HostService, job_name: str, *, r
 
 
 def check_archive(report: FaultReport, job_dir: Path, outputs: Path, control: Any, *, per_step: int) -> None:
-    from veri.trainer.archive import ArchiveIndex, read_metrics
+    from veri.archive import ArchiveIndex, read_metrics
 
     torn = [path for path in job_dir.rglob("*.json") if not _whole_json(path)]
     report.problems += [f"torn record: {path}" for path in torn]
@@ -528,7 +528,7 @@ def disk_full_job(*, stack: ServiceStack, model: Path, image: str, workdir: Path
     if info.get("status") != "failed" or "no space left" not in str(info.get("error")).lower():
         problems.append(f"job.json: {info.get('status')!r}, error {info.get('error')!r}")
     problems += [f"half-written: {path}" for path in (volume / job_name).rglob("*.json") if not _whole_json(path)]
-    from veri.trainer.archive import read_metrics
+    from veri.archive import read_metrics
 
     try:
         read_metrics(metrics)

@@ -36,7 +36,7 @@ if str(REPO) not in sys.path:  # run by bench/reliability/run.py, not from the r
 
 from bench.reliability.scenarios.proxy_load import LoadResult, counted, drive, load_stack, tiny_model  # noqa: E402
 from veri.core.records import Span  # noqa: E402
-from veri.proxy.control_client import ControlClient  # noqa: E402
+from veri.services.proxy.control_client import ControlClient  # noqa: E402
 
 NAME = "weight_sync"
 

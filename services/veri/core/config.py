@@ -10,9 +10,9 @@ a given setup (a `vllm_*`, `weight_sync` or `device` knob with `backend: hf`) ar
 
 Here: the schema, and reading it (`read_config_file`, `parse_config`: structure and types, each problem
 with its fix). Checking a job fully (files, the GPU layout, and through the trainer's hook the reward
-code and the GRPO settings against the installed TRL) is veri.core.validation's `check_config` /
-`load_config`, over the checks in veri.core.checks. What the job means to TRL (GRPOConfig and LoraConfig
-kwargs) is the trainer's: veri.trainer.grpo.config.
+code and the GRPO settings against the installed TRL) is veri.validation.run's `check_config` /
+`load_config`, over the checks in veri.validation.job_checks. What the job means to TRL (GRPOConfig and LoraConfig
+kwargs) is the trainer's: veri.services.trainer.grpo.config.
 """
 
 from __future__ import annotations
@@ -28,20 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, TypeAdapter, 
 
 from veri.core import grpo as grpo_rules
 from veri.core.dataset import DatasetConfig
-from veri.core.layout import (
-    AUTO,
-    DataParallelSize,
-    GpuInventory,
-    GpuLayout,
-    GpuVendor,
-    LayoutError,
-    PolicyDevice,
-    WeightSync,
-    model_facts,
-    plan_layout,
-    probe_gpus,
-)
-from veri.core.memory import PROMPT_TOKENS, TRL_BATCH_SIZE, TrainingSetup
+from veri.core.placement import AUTO, DataParallelSize, PolicyDevice, WeightSync
 from veri.core.problems import Problem, ProblemsError
 from veri.core.records import HostedTools
 from veri.core.signals import SignalsConfig
@@ -196,62 +183,6 @@ class JobConfig(BaseModel):
         for part in dotted.split("."):
             value = getattr(value, part)
         return value
-
-    def gpu_layout(self, gpus: GpuInventory | None = None) -> GpuLayout:
-        """Where the trainer and the vLLM policy run (`backend: vllm`), planned for `gpus` (None: this
-        machine, not probed with `device: cpu`); raises `LayoutError`. Plan once, before anything starts."""
-        if gpus is None:
-            gpus = GpuInventory(0, GpuVendor.NONE) if self.device == PolicyDevice.CPU else probe_gpus()
-        if (unsaid := self.unsaid_backend(gpus)) is not None:
-            raise unsaid
-        return plan_layout(
-            gpus,
-            model_facts(self.model),
-            tensor_parallel_size=self.vllm_tensor_parallel_size,
-            data_parallel_size=self.vllm_data_parallel_size,
-            gpu_memory_utilization=self.vllm_gpu_memory_utilization,
-            weight_sync=self.weight_sync,
-            device=self.device,
-            sleep_mode=self.vllm_sleep_mode,
-            training=self.training_setup(),
-        )
-
-    def unsaid_backend(self, gpus: GpuInventory) -> LayoutError | None:
-        """A job that does not say `backend:` gets vllm, the GPU path. On a machine with no NVIDIA GPU that is
-        refused, naming both choices, rather than guessed from the machine: the two backends train differently
-        (hf: float32 on CPU), and a job file should mean the same job on every box. (An explicit `backend: vllm`
-        there is a GPU job checked away from its box; `device: cpu` says vLLM's CPU build.)"""
-        if "backend" in self.model_fields_set or self.device == PolicyDevice.CPU:
-            return None
-        if gpus.vendor == GpuVendor.NVIDIA and gpus.count > 0:
-            return None
-        return LayoutError(
-            "`backend:` is not set, so the job takes the GPU path (vllm), and this machine has no NVIDIA GPU",
-            "set `backend: hf` to train on this machine's CPU (as config/url_extract_cpu.yaml does), or"
-            " `backend: vllm` for a GPU box (`veri validate --gpus N` plans it for one)",
-            knob="backend",
-        )
-
-    def training_setup(self) -> TrainingSetup:
-        """The knobs the trainer's memory depends on, with TRL 1.16's defaults where the job sets none."""
-        grpo = self.grpo
-        batch = grpo.get("per_device_train_batch_size", TRL_BATCH_SIZE)
-        init = grpo.get("model_init_kwargs")
-        dtype = str(init.get("dtype") or init.get("torch_dtype") or "float32") if isinstance(init, dict) else "float32"
-        weight_bytes = 4 if dtype.removeprefix("torch.") == "float32" else 2  # auto: the checkpoint's (half, mostly)
-        sequence = self.max_response_length + PROMPT_TOKENS
-        return TrainingSetup(
-            batch_size=batch if isinstance(batch, int) and batch > 0 else TRL_BATCH_SIZE,
-            sequence_length=min(sequence, self.max_model_len) if self.max_model_len else sequence,
-            lora_rank=self.lora_rank,
-            # transformers 5 renames it activation_checkpointing; TRL's GRPOConfig turns it on by default
-            gradient_checkpointing=grpo.get("activation_checkpointing", grpo.get("gradient_checkpointing"))
-            is not False,
-            weight_bytes=weight_bytes,
-            activation_bytes=4 if grpo.get("bf16") is False and not grpo.get("fp16") else 2,
-            reference_model=self.kl_coef > 0 and self.lora_rank is None,
-            max_model_len=self.max_model_len,
-        )
 
 
 # --- loading ---------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 A bundle's manifest says `egress = "open"` (the default), `"none"`, or a list of hosts (`"pypi.org"`,
 `"api.example.com:443"`, `"*.example.com"`). The launcher puts each sandbox on a network that holds
-nothing else it could use (launcher/docker_backend.py), and the egress gateway (veri/egress/) is the
+nothing else it could use (services/launcher/docker_backend.py), and the egress gateway (veri/egress/) is the
 only way out of those networks: it forwards a request only with a pass the launcher signed for that
 sandbox's policy. A pass is the policy and its HMAC under a key only the launcher and its gateway
 hold, so a sandbox can use its own pass and cannot widen it.

@@ -25,7 +25,7 @@ VERI_EGRESS_KEY = "VERI_EGRESS_KEY"  # the egress gateway's pass key (hex), made
 VERI_LOG_FORMAT = "VERI_LOG_FORMAT"  # `veri serve ...` logs: json (default, one JSON line per event) or console
 
 # prometheus-client's multiprocess folder: `veri serve proxy` sets a fresh one per start so
-# /metrics sums every worker (core/metrics.py); an inherited one is dropped, never shared between runs.
+# /metrics sums every worker (infra/metrics.py); an inherited one is dropped, never shared between runs.
 PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 # --- read from the machine (GPU layout probe) ------------------------------------------------

@@ -4,7 +4,7 @@ Two tables decide what may go in `grpo:` (and what a misplaced top-level key is 
   `VERI_KNOBS`  GRPOConfig fields a veri knob sets (the job's own name wins; one source of truth).
   `VERI_OWNED`  GRPOConfig fields veri sets itself, or that do nothing when rollouts come from harnesses.
 Any other GRPOConfig field passes through. The mapping to TRL's kwargs and the checks against the
-installed TRL are the trainer's (veri.trainer.grpo.config, veri.trainer.grpo.checks).
+installed TRL are the trainer's (veri.services.trainer.grpo.config, veri.services.trainer.grpo.trl_checks).
 
 `StepBatch`: how many tasks and rollouts one step takes, from the batch fields, as TRL 1.16 counts them;
 `PASS_THROUGH`: the pass-through fields that matter most, for the reference (docs/reference/config.md).
@@ -17,7 +17,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from veri.core.memory import TRL_BATCH_SIZE
+TRL_BATCH_SIZE = 8  # TrainingArguments' per_device_train_batch_size
+PROMPT_TOKENS = 1024  # a training row's first prompt (max_response_length holds all later turns)
+
 
 # GRPOConfig field -> the veri knob that sets it (dotted: a field of a section).
 VERI_KNOBS: dict[str, str] = {

@@ -5,7 +5,7 @@ installed once when the bundle's image is built (`veri harness build DIR`), neve
 Each rollout runs `entrypoint` once, from `/harness`, with exactly the variables of
 `rollout_env` and nothing else from the host.
 
-`load_manifest` is the one manifest check: `veri harness build`, `veri validate` (core/checks.py) and
+`load_manifest` is the one manifest check: `veri harness build`, `veri validate` (validation/job_checks.py) and
 the local backend all refuse the same bundles, each problem with its fix.
 """
 

@@ -1,6 +1,6 @@
 """Launcher contract: the trainer (or `veri run-harness`) asks for a group of sandboxed rollouts
 and gets one result per rollout. The launcher service and its backends implement this; nothing
-else about sandboxes leaks out of services/veri/launcher/."""
+else about sandboxes leaks out of services/veri/services/launcher/."""
 
 from __future__ import annotations
 

@@ -100,8 +100,8 @@ class UpdateWeightsRequest(BaseModel):
 class ServerProcess(BaseModel):
     """The process serving the policy: an id it makes when it starts, and when that was (unix s). A policy
     server that answers another id than before has restarted: it serves its model folder's weights until
-    the trainer gives it the job's again (`trainer/weights/served.py`). vLLM's workers answer the same
-    (`policy/vllm/worker.py`, `veri_server_process`)."""
+    the trainer gives it the job's again (`services/trainer/weights/served.py`). vLLM's workers answer the same
+    (`services/policy/vllm/worker.py`, `veri_server_process`)."""
 
     id: str
     started_at: float

@@ -1,5 +1,5 @@
 """The thresholds of the reward-hacking signals (the job config's `signals:` section; the detectors are
-veri.signals, the console shows what they raise). Defaults documented in docs/signals.md."""
+veri.archive.signals, the console shows what they raise). Defaults documented in docs/signals.md."""
 
 from __future__ import annotations
 

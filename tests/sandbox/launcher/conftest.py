@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture(scope="session")
 def rollouts_network(docker_client) -> str:
     """veri-test-rollouts, kept between runs (see ensure_rollouts_network)."""
-    from veri.launcher.docker_backend import ensure_rollouts_network
+    from veri.services.launcher.docker_backend import ensure_rollouts_network
 
     network = ensure_rollouts_network(docker_client, "veri-test-rollouts")
     options = network.attrs.get("Options") or {}
@@ -27,7 +27,7 @@ def rollouts_network(docker_client) -> str:
 @pytest.fixture(scope="session")
 def harness_image(docker_client, tmp_path_factory) -> str:
     """veri/harness-sandbox-test:<hash> — tests/sandbox/launcher/harness_main.py as a bundle."""
-    from veri.harness.build import build_bundle_image
+    from veri.tools.harness.build import build_bundle_image
 
     bundle = tmp_path_factory.mktemp("bundle") / "sandbox_test"
     bundle.mkdir()
@@ -43,7 +43,7 @@ def launcher_id() -> str:
 
 @pytest.fixture(scope="session")
 def backend(docker_client, rollouts_network, launcher_id):
-    from veri.launcher.docker_backend import DockerBackend
+    from veri.services.launcher.docker_backend import DockerBackend
 
     backend = DockerBackend(network=rollouts_network, launcher_id=launcher_id, max_sandboxes=16)
     yield backend

@@ -13,9 +13,9 @@ import pytest
 
 from tests.servers import start_server
 from veri.core.launch import GroupLaunch, RolloutLaunch
-from veri.launcher.client import LauncherClient
-from veri.launcher.docker_backend import LABEL_LAUNCHER, LABEL_ROLLOUT, DockerBackend
-from veri.launcher.group import run_group
+from veri.services.launcher.client import LauncherClient
+from veri.services.launcher.docker_backend import LABEL_LAUNCHER, LABEL_ROLLOUT, DockerBackend
+from veri.services.launcher.group import run_group
 
 HANG = json.dumps({"fault": "hang", "grandchild_delay": 600})  # harness_main.py: sleeps 600 s
 

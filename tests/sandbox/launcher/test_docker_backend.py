@@ -15,7 +15,7 @@ import psutil
 
 from tests.sandbox.conftest import BASE, LABEL, SESSION
 from veri.core.launch import GroupLaunch, RolloutLaunch, SandboxLimits
-from veri.launcher.group import run_group
+from veri.services.launcher.group import run_group
 
 
 def launch(image: str, rollout_id: str, task: dict, **kw) -> RolloutLaunch:

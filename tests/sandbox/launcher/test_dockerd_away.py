@@ -86,7 +86,7 @@ def relay(tmp_path: Path) -> Iterator[DockerdRelay]:
 
 
 def relayed_backend(relay: DockerdRelay, network: str, launcher_id: str, grace_s: float):
-    from veri.launcher.docker_backend import DockerBackend
+    from veri.services.launcher.docker_backend import DockerBackend
 
     client = docker.DockerClient(base_url=f"unix://{relay.path}", timeout=120)
     return DockerBackend(network=network, client=client, launcher_id=launcher_id, max_sandboxes=4,
@@ -190,7 +190,7 @@ def test_the_wrapper_records_the_harness_exit_status(tmp_path):
     """What stands in for docker's status when it comes back from live-restore as 255 (lost)."""
     import subprocess
 
-    from veri.launcher.docker_backend import LOGS_MOUNT, STDIO_WRAPPER, _recorded_exit
+    from veri.services.launcher.docker_backend import LOGS_MOUNT, STDIO_WRAPPER, _recorded_exit
 
     logs = tmp_path / "logs"
     logs.mkdir()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.sandbox.conftest import BASE, ROOT
-from veri.harness.build import BuildError, build_bundle_image, pip_vendor_dir
+from veri.tools.harness.build import BuildError, build_bundle_image, pip_vendor_dir
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.sandbox.conftest import BASE, LABEL, SESSION
 from tests.servers import start_server
 from veri.core.launch import GroupLaunch, RolloutLaunch
-from veri.launcher.client import LauncherClient
+from veri.services.launcher.client import LauncherClient
 
 
 def test_service_removes_leftovers_then_runs_groups(docker_client, rollouts_network, harness_image, tmp_path):

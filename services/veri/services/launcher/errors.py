@@ -1,0 +1,37 @@
+"""The launcher's expected failures: each message is one line with its fix.
+
+    LauncherError
+    ├── SandboxUnavailable      sandboxes cannot run here: no Docker daemon, no runsc (gVisor),
+    │                           no rollouts network; `veri serve launcher` refuses to start
+    ├── ImageProblem            one rollout's image is missing or has no CMD; that rollout fails
+    ├── EgressProblem           a bundle's egress cannot be set up (its network missing, the gateway
+    │                           not starting); that rollout fails
+    └── DockerdAway             dockerd did not answer for longer than the backend waits it out;
+                                that rollout fails (an infrastructure failure, never scored)
+
+`veri serve launcher` (services/launcher/cli.py) catches `LauncherError` once and prints
+`veri serve launcher: <message>`, exit status 1; the trainer's in-process sandboxes report it the same
+way (veri.services.trainer.errors). A broken harness is never an error here: it is a rollout status.
+"""
+
+from __future__ import annotations
+
+
+class LauncherError(RuntimeError):
+    """An expected launcher failure; the message says what to do."""
+
+
+class SandboxUnavailable(LauncherError):
+    """Docker / gVisor cannot run sandboxes here; the message names the fix."""
+
+
+class ImageProblem(LauncherError):
+    """A rollout's image is missing or unusable; the message names the fix."""
+
+
+class EgressProblem(LauncherError):
+    """A rollout's egress cannot be enforced here (docker backend); the message names the fix."""
+
+
+class DockerdAway(LauncherError):
+    """dockerd stayed unreachable past the docker backend's grace; the message says how long."""

@@ -1,0 +1,143 @@
+"""`veri replay record | run | policy` (see veri/replay/__init__.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from veri.core import envs
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    replay = commands.add_parser("replay", help="record a rollout's traffic; replay it and diff spans, masks, reward")
+    actions = replay.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    record = actions.add_parser("record", help="write one recording of a finished rollout of a recording proxy")
+    record.add_argument("--proxy", required=True, help="proxy base URL, e.g. http://127.0.0.1:8000")
+    record.add_argument("--token", default=os.environ.get(envs.VERI_CONTROL_TOKEN), help="control token")
+    record.add_argument("--rollout", required=True, metavar="ID", help="the rollout (its session recorded requests)")
+    record.add_argument("--out", required=True, type=Path, metavar="FILE", help="the recording (JSON)")
+    record.add_argument("--name", default=None, help="what was recorded, e.g. the bundle (default: the file's stem)")
+    record.add_argument("--note", default="", help="a line for whoever re-records it")
+    record.add_argument("--task", type=Path, metavar="JSON", help="the dataset row (a JSON file) the rewards read")
+    record.add_argument("--reward", type=Path, action="append", default=[], metavar="FILE",
+                        help="a reward file (its `reward` function, or its only one); repeat for several")
+    record.add_argument("--outputs", type=Path, metavar="DIR", help="the rollout's output folder the rewards read")
+    record.add_argument("--status", default="completed", choices=["completed", "failed", "truncated"],
+                        help="how the harness ended")
+    record.add_argument("--exit-code", type=int, default=None, help="the harness's exit status (default: unknown)")
+    record.set_defaults(func=_record)
+
+    run = actions.add_parser("run", help="replay recordings and diff their spans, episodes and rewards; exit 1 on any"
+                                         " difference")
+    run.add_argument("recordings", type=Path, nargs="+", metavar="FILE",
+                     help="recordings (`veri replay record --out`) to replay")
+    run.add_argument("--proxy", default=None, help="replay through this proxy (its policy: `veri replay policy"
+                                                   " FILE`, so one FILE); default: an in-process proxy on --model")
+    run.add_argument("--token", default=os.environ.get(envs.VERI_CONTROL_TOKEN), help="the proxy's control token")
+    run.add_argument("--model", type=Path, default=Path("build/models/tiny"),
+                     help="model folder of the in-process proxy: the one the recording was made with"
+                          " (default: %(default)s)")
+    run.set_defaults(func=_run)
+
+    serve = actions.add_parser("policy", help="a policy server that answers with a recording's completions")
+    serve.add_argument("recording", type=Path, metavar="FILE", help="the recording (`veri replay record --out`)")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    serve.add_argument("--port", type=int, default=8100, help="the port to listen on")
+    serve.set_defaults(func=_policy)
+
+
+def _record(args: argparse.Namespace) -> int:
+    from veri.core.config import RewardConfig
+    from veri.core.episodes import RolloutStatus
+    from veri.services.proxy.control_client import ControlClient, ControlError
+    from veri.tools.replay.recording import RecordingError, record_rollout
+
+    try:
+        task = json.loads(args.task.read_text()) if args.task else None
+        recording = record_rollout(
+            ControlClient(args.proxy, token=args.token), args.rollout, name=args.name or args.out.stem,
+            note=args.note, task=task, rewards=[RewardConfig(file=path) for path in args.reward],
+            outputs=args.outputs, status=RolloutStatus(args.status), exit_code=args.exit_code,
+        )
+    except (ControlError, RecordingError, OSError, ValueError) as error:
+        print(f"veri replay record: {error}", file=sys.stderr)
+        return 1
+    recording.save(args.out)
+    reward = recording.reward.reward if recording.reward else None
+    print(f"{args.out}: {len(recording.requests)} requests, {len(recording.spans)} spans, reward {reward}")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.proxy and len(args.recordings) > 1:
+        print("veri replay run: --proxy replays one FILE (its policy, `veri replay policy FILE`, serves one"
+              " recording); without --proxy each FILE gets its own in-process proxy", file=sys.stderr)
+        return 2
+    _quiet_proxy_log()
+    failed = [path for path in args.recordings if not _replay_one(path, args)]
+    if failed:
+        print("if the change is intended, re-record (`veri replay record`; tests/replay/README.md)")
+    return 1 if failed else 0
+
+
+def _replay_one(path: Path, args: argparse.Namespace) -> bool:
+    """Replay one recording and print what differs; True when nothing does."""
+    from veri.services.proxy.control_client import ControlError
+    from veri.tools.replay.diff import differences
+    from veri.tools.replay.recording import Recording, RecordingError
+    from veri.tools.replay.runner import replay_in_process, replay_through
+
+    try:
+        recording = Recording.load(path)
+        if args.proxy:
+            replay = replay_through(recording, args.proxy, token=args.token)
+            decoder = None
+        else:
+            replay = replay_in_process(recording, args.model)
+            decoder = _decoder(args.model)
+    except (ControlError, RecordingError) as error:
+        print(f"veri replay run: {error}", file=sys.stderr)
+        return False
+    found = differences(recording, replay, decoder)
+    summary = f"{path}: {len(recording.requests)} requests, {len(replay.spans)} spans"
+    if not found:
+        print(f"{summary}: identical to the recording")
+        return True
+    print(f"{summary}: {len(found)} differences from the recording")
+    for line in found:
+        print(f"  {line}")
+    return False
+
+
+def _quiet_proxy_log() -> None:
+    """The in-process proxy's info lines (ready, refused) are not what a person running a replay reads."""
+    import logging
+
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+
+
+def _decoder(model: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model)
+
+
+def _policy(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from veri.tools.replay.policy import create_app
+    from veri.tools.replay.recording import Recording, RecordingError
+
+    try:
+        recording = Recording.load(args.recording)
+    except RecordingError as error:
+        print(f"veri replay policy: {error}", file=sys.stderr)
+        return 1
+    uvicorn.run(create_app(recording), host=args.host, port=args.port, log_level="warning")
+    return 0
