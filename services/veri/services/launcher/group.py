@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
 from pathlib import Path
 from typing import TypeVar
 
@@ -17,6 +16,7 @@ import structlog
 
 from veri.core.episodes import RolloutStatus
 from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch
+from veri.infra.aio import gather_to_the_end
 from veri.services.launcher.backend import SandboxBackend
 
 log = structlog.get_logger("veri.launcher")
@@ -38,16 +38,3 @@ async def run_group(backend: SandboxBackend, group: GroupLaunch, output_root: Pa
                                     started_at=started, duration_s=time.time() - started)
 
     return await gather_to_the_end([one(launch) for launch in group.launches])
-
-
-async def gather_to_the_end(aws: list[Awaitable[T]]) -> list[T]:
-    """`asyncio.gather`, but when cancelled it returns only once every child has finished its clean-up:
-    gather itself gives up at the first child that ends cancelled, while the others still remove
-    their sandboxes (and a second cancel, from asyncio.run's shutdown, would cut that short)."""
-    children = [asyncio.ensure_future(aw) for aw in aws]
-    try:
-        return list(await asyncio.gather(*children))
-    except asyncio.CancelledError:
-        if children:
-            await asyncio.wait(children)
-        raise

@@ -41,9 +41,9 @@ from typing import Any, Protocol
 
 from veri.core.episodes import Rule, Verdict, unfinished_rows
 from veri.core.rollout_record import RolloutRecord
+from veri.infra.aio import gather_to_the_end
 from veri.loop.collect.collect import CollectedRollout, GroupCollector, harness_log
 from veri.loop.rewards import RewardInputs, RewardScorer
-from veri.services.launcher.group import gather_to_the_end
 from veri.services.trainer.grpo.rows import MaskedRow, rollout_output
 from veri.services.trainer.schedule.producer import FinishedGroup, GroupProducer, GroupSchedule
 from veri.services.trainer.schedule.tasks import TaskGroup, task_groups
