@@ -72,12 +72,14 @@ def stack_env(config_path: Path, state_dir: Path | None = None, *, model_only: b
 
 
 def _vllm_stack(config: JobConfig, state_dir: Path, model: Path) -> dict[str, str]:
+    from veri.appliance.doctor.job import image_prefix
     from veri.appliance.policy_compose import compose_override, dump, images_for, policy_urls
     from veri.core.layout import PolicyDevice, model_facts
 
     plan = config.gpu_layout()
-    override = compose_override(plan, model=str(MODELS_IN_CONTAINERS / model.name), images=images_for(plan),
-                                least=least_privilege(), max_model_len=config.max_model_len,
+    override = compose_override(plan, model=str(MODELS_IN_CONTAINERS / model.name),
+                                images=images_for(plan, image_prefix()), least=least_privilege(),
+                                max_model_len=config.max_model_len,
                                 weights_gib=model_facts(model).weight_gib)
     state_dir.mkdir(parents=True, exist_ok=True)
     path = state_dir / OVERRIDE_FILE
