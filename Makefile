@@ -44,7 +44,7 @@ help:
 	@echo "make eval CONFIG=FILE ARGS=\"--job NAME --step K\"   held-out results of a checkpoint, no training (docs/evaluating.md)"
 	@echo "make export-sft JOB=name [ARGS=\"--min-reward R --steps A:B\"]   a job's trained rows as an SFT dataset (docs/exporting.md)"
 	@echo "make sft CONFIG=FILE             TRL's SFTTrainer on exported rows: a warm start before GRPO"
-	@echo "make bench-proxy / bench-sandbox / bench-train / bench-async / bench-console / bench-branches  benchmarks (figures: docs/benchmarks.md)"
+	@echo "make bench-proxy / bench-sandbox / bench-train / bench-async / bench-console / bench-branches / bench-fidelity  benchmarks (figures: docs/benchmarks.md)"
 	@echo "make reliability [ONLY=name] [QUICK=1]   fault scenarios (bench/reliability), one summary table (docs/reliability.md)"
 	@echo "make k8s           Kubernetes 1.20 (apiserver, controller-manager, scheduler, kubelet, etcd, kubectl) from Debian's source into build/k8s/bin"
 	@echo "make chromium      Debian chromium + chromium-driver (the console's browser tests; make test installs them)"
