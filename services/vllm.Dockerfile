@@ -3,8 +3,8 @@
 # trainer-side helpers, so the trainer holds the very same vLLM). One image, two roles, like its CPU
 # twin veri/vllm-cpu:
 #   policy:  vllm serve MODEL --worker-extension-cls veri.services.policy.vllm.worker.WeightReloadExtension
-#            --logprobs-mode processed_logprobs --max-logprobs -1 [--weight-transfer-config
-#            '{"backend": "nccl"}'] ...   (VLLM_SERVER_DEV_MODE=1: the routes TRL's and veri's syncs call;
+#            --logprobs-mode processed_logprobs --max-logprobs -1 --generation-config vllm
+#            [--weight-transfer-config '{"backend": "nccl"}'] ...   (VLLM_SERVER_DEV_MODE=1: the routes TRL's and veri's syncs call;
 #            the worker extension is veri's, so the policy needs veri installed too)
 #   trainer: veri train CONFIG ...
 # Needs GPUs (NVIDIA container toolkit) and --ipc=host or a large --shm-size to run, none to build.

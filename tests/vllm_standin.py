@@ -7,7 +7,7 @@ the replies and routing the proxy must handle:
                           "logprobs": "ok"|"null"|"null_entry", "delay_s": S, "times": N}
                          sets the shape of the next N replies (then back to stop/ok; no times: until reset)
   GET /standin/requests  with --record: every completion request so far, {"rank": its
-                         X-data-parallel-rank or None, "prompt": ids}
+                         X-data-parallel-rank or None, "prompt": ids, "fields": the body's other fields}
   --prefix-cache BLOCK   report `usage.prompt_tokens_details.cached_tokens` as vLLM does with
                          --enable-prompt-tokens-details: the longest prefix (in whole blocks, never the
                          whole prompt) shared with a sequence this rank served before
@@ -71,7 +71,8 @@ class Standin:
         if self.prebuilt is not None and not self.shape:
             return self.prebuilt
         prompt = request["prompt"]
-        self.requests.append({"rank": rank, "prompt": prompt})
+        self.requests.append({"rank": rank, "prompt": prompt, "fields": {k: v for k, v in request.items()
+                                                                         if k != "prompt"}})
         cached = self._cached(prompt, rank) if self.prefix_block else None
         shape = self.shape
         if self.shape_left is not None:

@@ -121,6 +121,7 @@ def test_vllm_parses_the_commands_veri_generates(probe):
     for parsed in (multi, single):
         assert parsed["worker_extension_cls"] == "veri.services.policy.vllm.worker.WeightReloadExtension"
         assert parsed["logprobs_mode"] == "processed_logprobs" and parsed["max_logprobs"] == -1
+        assert parsed["generation_config"] == "vllm"  # vLLM's neutral sampling defaults, not the model folder's
         assert parsed["enable_prompt_tokens_details"] is True and parsed["max_model_len"] == 2048
         assert parsed["port"] == 8001 and parsed["model_tag"] == "/models/tiny"
     assert (multi["tensor_parallel_size"], multi["data_parallel_size"]) == (1, 3)

@@ -28,7 +28,8 @@ def cpu_twin_job(folder: Path) -> Path:
     return job
 
 
-def test_the_cpu_twin_job_gets_two_vllm_servers_and_the_plan(tmp_path):
+def test_the_cpu_twin_job_gets_two_vllm_servers_and_the_plan(tmp_path, monkeypatch):
+    monkeypatch.delenv("IMAGE_PREFIX", raising=False)  # veri's own names
     values = stack_env(cpu_twin_job(tmp_path), tmp_path)
     base, override = values["COMPOSE_FILE"].split(":")
     assert base == "compose.yaml" and Path(override) == tmp_path / "compose.policy.yaml"
@@ -41,6 +42,8 @@ def test_the_cpu_twin_job_gets_two_vllm_servers_and_the_plan(tmp_path):
         assert services[name]["image"] == "veri/vllm-cpu" and command[:3] == ["vllm", "serve", "/models/tiny-vllm"]
         assert "--worker-extension-cls" in command and "--weight-transfer-config" not in command
         assert command[command.index("--dtype") + 1] == "float32"
+        # the model folder's generation_config.json sets no sampling default (core/sampling.py)
+        assert command[command.index("--generation-config") + 1] == "vllm"
         assert "deploy" not in services[name]  # no GPU
     assert services["proxy"]["depends_on"] == {"policy": {"condition": "service_healthy"},
                                                "policy-1": {"condition": "service_healthy"}}
@@ -48,6 +51,16 @@ def test_the_cpu_twin_job_gets_two_vllm_servers_and_the_plan(tmp_path):
     assert services["trainer"]["image"] == "veri/trainer-cpu"
     assert "PYTORCH_CUDA_ALLOC_CONF" not in services["trainer"]["environment"]  # no CUDA allocator on CPU
     assert plan == GpuLayout.from_json(values["VERI_GPU_PLAN"]) and plan.data_parallel_size == 2
+
+
+def test_the_vllm_images_follow_image_prefix(tmp_path, monkeypatch):
+    """As the runtime and harness images do (mk/stack.mk): `make train` builds <prefix>/vllm-cpu, and the
+    stack must run that one."""
+    monkeypatch.setenv("IMAGE_PREFIX", "mirror.local/veri")
+    services = json.loads(Path(stack_env(cpu_twin_job(tmp_path), tmp_path)["COMPOSE_FILE"].split(":")[1])
+                          .read_text())["services"]
+    assert {services[name]["image"] for name in ("policy", "policy-1")} == {"mirror.local/veri/vllm-cpu"}
+    assert services["trainer"]["image"] == "mirror.local/veri/trainer-cpu"
 
 
 def test_every_vllm_server_holds_what_compose_yaml_s_policy_holds(tmp_path):
@@ -93,6 +106,7 @@ def test_four_gpus_one_server_with_vllm_dp_and_devices_per_container(tiny_model,
     command = policy["command"]
     assert command[command.index("--data-parallel-size") + 1] == "3"
     assert command[command.index("--weight-transfer-config") + 1] == '{"backend": "nccl"}'  # TRL's NCCL sync
+    assert command[command.index("--generation-config") + 1] == "vllm"
 
 
 def test_model_only_needs_no_model_folder(tmp_path):

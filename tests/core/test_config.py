@@ -161,15 +161,37 @@ def test_every_knob_says_what_uses_it(model):
     assert undocumented == []
 
 
-def test_vllm_with_top_p_below_one_notes_the_logprob_offset(job_dir: Path):
-    nucleus = check_config(write_job(job_dir, job(backend="vllm", grpo={}, sampling={"top_p": 0.9})),
-                           base_dir=job_dir, gpus=GpuInventory.nvidia(4))
-    assert nucleus.problems == []
-    [note] = [n for n in nucleus.notes if "top_p" in n]
-    assert "0.105 nats" in note and "top_p: 1.0" in note
-    plain = check_config(write_job(job_dir, job(backend="vllm", grpo={})), base_dir=job_dir,
-                         gpus=GpuInventory.nvidia(4))
-    assert not [n for n in plain.notes if "top_p" in n]
+@pytest.mark.parametrize("backend", ["hf", "vllm"])
+@pytest.mark.parametrize(("sampling", "where", "said"), [
+    ({"temperature": 1e-6}, "sampling.temperature", "below veri's floor of 0.1"),
+    ({"temperature": 0.05}, "sampling.temperature", "below veri's floor of 0.1"),
+    ({"top_p": 0.9}, "sampling.top_p", "keeps only the top-p nucleus"),
+    ({"top_k": 20}, "sampling.top_k", "keeps only the top k tokens"),
+    ({"min_p": 0.05}, "sampling.min_p", "drops the tokens below min_p"),
+    ({"repetition_penalty": 1.1}, "sampling.repetition_penalty", "penalises repeated tokens"),
+    ({"presence_penalty": 0.5}, "sampling.presence_penalty", "penalises tokens already present"),
+])
+def test_sampling_the_trainer_cannot_score_is_refused_with_why(job_dir: Path, backend: str, sampling: dict,
+                                                                where: str, said: str):
+    """The trainer scores log_softmax(logits / temperature): any other processing, or a temperature the
+    samplers treat as greedy, is refused on both backends, each with why and what to set instead."""
+    cpu = {"device": "cpu"} if backend == "vllm" else {}  # the vLLM CPU twin: no GPU probe
+    report = check_config(write_job(job_dir, job(backend=backend, grpo={}, sampling=sampling, **cpu)),
+                          base_dir=job_dir)
+    found = problems_by_place(report)
+    assert list(found) == [where] and said in found[where]
+    if where == "sampling.temperature":
+        assert "set `sampling.temperature` to 0.1 or more" in found[where] and "veri eval" in found[where]
+    elif where == "sampling.top_p":
+        assert "set `sampling.top_p: 1.0`" in found[where]
+    else:  # a key `sampling:` does not have: not "did you mean `top_p`?" but why it cannot be
+        assert "remove it: a job samples with `sampling.temperature` alone" in found[where]
+        assert "importance ratio is off, even at equal weights" in found[where]
+
+
+def test_the_temperature_floor_is_allowed(job_dir: Path):
+    report = check_config(write_job(job_dir, job(sampling={"temperature": 0.1, "top_p": 1.0})), base_dir=job_dir)
+    assert report.problems == [] and report.config is not None and report.config.sampling.temperature == 0.1
 
 
 @pytest.mark.parametrize(("loss", "noted"), [*((loss, True) for loss in UNEVEN_LOSSES),
@@ -186,17 +208,15 @@ def test_a_loss_type_that_does_not_weigh_every_token_alike_notes_what_branching_
 def test_max_staleness_refuses_what_breaks_the_off_policy_correction(job_dir: Path):
     ok = check_config(write_job(job_dir, job(max_staleness=1)), base_dir=job_dir)
     assert ok.problems == []
-    bad = check_config(write_job(job_dir, job(max_staleness=2, sampling={"top_p": 0.9}, grpo={"num_iterations": 2})),
-                       base_dir=job_dir)
+    bad = check_config(write_job(job_dir, job(max_staleness=2, grpo={"num_iterations": 2})), base_dir=job_dir)
     found = problems_by_place(bad)
-    assert "renormalised over the nucleus" in found["sampling.top_p"] and "top_p: 1.0" in found["sampling.top_p"]
     assert "max_staleness: 0" in found["grpo.num_iterations"]
     sleepy = check_config(write_job(job_dir, job(backend="vllm", grpo={}, max_staleness=1, vllm_sleep_mode=True)),
                           base_dir=job_dir, gpus=GpuInventory.nvidia(1))
     assert "no rollout can run meanwhile" in problems_by_place(sleepy)["vllm_sleep_mode"]
     # The same settings with the synchronous loop are not these problems.
-    sync = check_config(write_job(job_dir, job(sampling={"top_p": 0.9})), base_dir=job_dir)
-    assert "sampling.top_p" not in problems_by_place(sync)
+    sync = check_config(write_job(job_dir, job(grpo={"num_iterations": 2})), base_dir=job_dir)
+    assert "grpo.num_iterations" not in problems_by_place(sync)
 
 
 @pytest.mark.parametrize(("value", "message"), [(-1, "greater than or equal to 0"), ("soon", "valid integer"),

@@ -11,7 +11,10 @@ The last tests are the filesystem weight sync's faults (docs/reliability.md, "We
 this checkout's worker extension mounted over the image's; the last one kills the module's server.
 
 vLLM's CPU attention kernels take head sizes 32..512: vLLM serves `veri model tiny-vllm`, the tiny model
-with head_dim 32 (same tokenizer, chat template and seeded-weight scheme).
+with head_dim 32 (same tokenizer, chat template and seeded-weight scheme), whose generation_config.json
+recommends its own sampling here (top_k 3, min_p 0.1, repetition_penalty 1.5: tests/models/
+generation_defaults.py), as real checkpoints do. The server runs as TRL starts it, without veri's
+`--generation-config vllm`, so only what the proxy sends keeps those defaults out (core/sampling.py).
 """
 
 from __future__ import annotations
@@ -35,9 +38,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from tests.models.generation_defaults import with_generation_defaults
 from tests.sandbox.conftest import unavailable
 from tests.servers import free_port, start_server
 from veri.core.policy_api import CompletionResponse
+from veri.core.sampling import NEUTRAL
 from veri.services.policy.vllm import WORKER_EXTENSION
 from veri.services.proxy.control_client import ControlClient
 from veri.services.proxy.errors import InvalidRequest
@@ -65,7 +70,9 @@ STANDIN = Path(__file__).parents[1] / "vllm_standin.py"
 
 @pytest.fixture(scope="module")
 def vllm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-vllm", head_dim=VLLM_CPU_HEAD_DIM)
+    models = tmp_path_factory.mktemp("models")
+    return with_generation_defaults(build_tiny_model(models / "tiny-vllm-plain", head_dim=VLLM_CPU_HEAD_DIM),
+                                   models / "tiny-vllm")
 
 
 @pytest.fixture(scope="module")
@@ -120,9 +127,11 @@ def vllm(vllm_server: SimpleNamespace) -> str:
     return vllm_server.url
 
 
-def direct(vllm: str, prompt_ids: list[int], **sampling) -> dict:
-    """vLLM's own answer to the body veri's policy client sends, read as plain JSON."""
-    body = {"prompt": prompt_ids, "logprobs": 0, "return_token_ids": True, "skip_special_tokens": False, **sampling}
+def direct(vllm: str, prompt_ids: list[int], *, neutral: bool = True, **sampling) -> dict:
+    """vLLM's own answer to the body veri's policy client sends, read as plain JSON (`neutral=False`: without
+    the fields the client sends at their neutral values, as a client that leaves them out)."""
+    body = {"prompt": prompt_ids, "logprobs": 0, "return_token_ids": True, "skip_special_tokens": False,
+            **(NEUTRAL if neutral else {}), **sampling}
     reply = httpx.post(vllm + "/v1/completions", json=body, timeout=120)
     assert reply.status_code == 200, reply.text
     return reply.json()
@@ -193,7 +202,9 @@ def test_proxy_spans_hold_exactly_what_vllm_returned(vllm, vllm_model, tmp_path)
 
 
 def test_sampled_logprobs_are_what_the_trainer_computes(vllm, vllm_model, tmp_path):
-    """processed_logprobs == TRL's log_softmax(logits / T)[token] when top_p is 1 (services/policy/hf/sampler.py)."""
+    """processed_logprobs == TRL's log_softmax(logits / T)[token] when top_p is 1 (services/policy/hf/sampler.py),
+    though the model folder recommends top_k 3, min_p 0.1 and a repetition penalty: the proxy's calls
+    leave vLLM nothing to default."""
     args = ["serve", "proxy", "--policy-url", vllm, "--model", str(vllm_model), "--store", str(tmp_path / "spans"),
             "--max-tokens", str(MAX_TOKENS), "--temperature", "0.7", "--top-p", "1.0"]
     with start_server(args) as proxy:
@@ -211,16 +222,24 @@ def test_sampled_logprobs_are_what_the_trainer_computes(vllm, vllm_model, tmp_pa
     assert span.sampling["temperature"] == 0.7 and len(span.completion_token_ids) == MAX_TOKENS
     assert torch.allclose(torch.tensor(span.completion_logprobs, dtype=torch.float64), trainer, atol=1e-4)
 
-    # With top_p < 1 vLLM renormalizes over the nucleus, so its logprobs sit above the trainer's
-    # (the hf backend sides with the trainer): a known gap for vLLM jobs with top_p < 1.
-    [choice] = direct(vllm, span.prompt_token_ids, max_tokens=MAX_TOKENS, temperature=0.7, top_p=0.5,
-                      seed=1)["choices"]
-    with torch.no_grad():
-        logits = model(torch.tensor([span.prompt_token_ids + choice["token_ids"]])).logits[
-            0, len(span.prompt_token_ids) - 1 : -1].double()
-    trainer = torch.log_softmax(logits / 0.7, dim=-1).gather(1, torch.tensor(choice["token_ids"])[:, None])[:, 0]
-    gap = torch.tensor(choice["logprobs"]["token_logprobs"], dtype=torch.float64) - trainer
-    assert (gap > -1e-4).all() and gap.max() > 1e-2
+    def gap(choice: dict) -> torch.Tensor:
+        """Served minus the trainer's logprob of each sampled token."""
+        with torch.no_grad():
+            logits = model(torch.tensor([span.prompt_token_ids + choice["token_ids"]])).logits[
+                0, len(span.prompt_token_ids) - 1 : -1].double()
+        ids = torch.tensor(choice["token_ids"])[:, None]
+        trainer = torch.log_softmax(logits / 0.7, dim=-1).gather(1, ids)[:, 0]
+        return torch.tensor(choice["logprobs"]["token_logprobs"], dtype=torch.float64) - trainer
+
+    # With top_p < 1 vLLM renormalizes over the nucleus, so its logprobs sit above the trainer's (the hf
+    # backend sides with the trainer): why a job's top_p is 1 only.
+    [nucleus] = direct(vllm, span.prompt_token_ids, max_tokens=MAX_TOKENS, temperature=0.7, top_p=0.5,
+                       seed=1)["choices"]
+    assert (gap(nucleus) > -1e-4).all() and gap(nucleus).max() > 1e-2
+    # A call that leaves the fields out gets the folder's top_k 3, min_p 0.1 and penalty: nats off, not 1e-4.
+    [defaulted] = direct(vllm, span.prompt_token_ids, neutral=False, max_tokens=MAX_TOKENS, temperature=0.7,
+                         seed=1)["choices"]
+    assert gap(defaulted).mean() > 1.0, gap(defaulted)
 
 
 def test_trl_server_mode_routes_are_served(vllm):

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 
+import httpx
 import orjson
 import psutil
 import pytest
 
 from tests.proxy.conftest import standin
 from tests.waiting import wait_for
+from veri.core.sampling import NEUTRAL
 from veri.services.proxy.errors import PolicyUnavailable
 from veri.services.proxy.policy_client import PolicyClient, PolicyCompletion, read_completion
 
@@ -145,3 +147,25 @@ async def complete_against(serve) -> PolicyCompletion:
     finally:
         await client.aclose()
         server.close()
+
+
+def test_every_sampling_field_a_server_could_default_is_sent_neutral() -> None:
+    """A vLLM started without `--generation-config vllm` fills each field a request leaves out from the model
+    folder's generation_config.json (top_k 20 for Qwen3-4B-Instruct-2507): the proxy leaves none out."""
+
+    async def call(url: str) -> None:
+        client = PolicyClient(url, model=None, timeout_s=30)
+        await client.start()
+        try:
+            await client.complete([1, 2, 3], max_tokens=8, temperature=0.7, top_p=1.0, stop_token_ids=[4])
+        finally:
+            await client.aclose()
+
+    with standin([5, 6, 7], "--record") as url:
+        asyncio.run(call(url))
+        [request] = httpx.get(f"{url}/standin/requests").json()
+    fields = request["fields"]
+    assert {key: fields.get(key) for key in NEUTRAL} == NEUTRAL
+    assert (fields["temperature"], fields["top_p"], fields["max_tokens"]) == (0.7, 1.0, 8)
+    assert NEUTRAL == {"top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0,
+                       "frequency_penalty": 0.0}  # off, in vLLM's and the hf backend's terms

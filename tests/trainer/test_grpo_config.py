@@ -77,6 +77,16 @@ def test_grpo_settings_at_the_top_level_are_pointed_to_their_place(job_dir: Path
     assert "set by `backend:`" in found["use_vllm"]
 
 
+def test_trl_sampling_settings_the_trainer_cannot_score_are_refused_with_why(job_dir: Path):
+    """TRL has top_k, min_p and repetition_penalty for its own generation; here rollouts sample through the
+    proxy, and the trainer scores the untruncated distribution: refused, saying so (core/sampling.py)."""
+    config = job(grpo={"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1})
+    found = problems_by_place(check_config(write_job(job_dir, config), base_dir=job_dir, trainer_checks=TRAINER_CHECKS))
+    for key, why in (("top_k", "top k tokens"), ("min_p", "below min_p"), ("repetition_penalty", "repeated tokens")):
+        assert why in found[f"grpo.{key}"] and "a job samples with `sampling.temperature` alone" in found[f"grpo.{key}"]
+        assert "every importance ratio is off" in found[f"grpo.{key}"]
+
+
 def test_trl_own_checks_run_on_the_combined_settings(job_dir: Path):
     config = job(grpo={"per_device_train_batch_size": 3})  # rollouts_per_prompt 4 does not divide 3
     found = problems_by_place(check_config(write_job(job_dir, config), base_dir=job_dir, trainer_checks=TRAINER_CHECKS))

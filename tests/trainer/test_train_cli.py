@@ -4,6 +4,7 @@ traceback (services/trainer/errors.py). No real servers needed."""
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.servers import free_port
-from tests.trainer.conftest import write_job
+from tests.trainer.conftest import MAX_TOKENS, write_job
 from veri.archive import JobArchive
 from veri.cli import main
 from veri.services.launcher.errors import SandboxUnavailable
@@ -51,11 +52,18 @@ def test_docker_sandboxes_need_the_bundles_image(tiny_model, tmp_path):
     assert not (tmp_path / "jobs").exists()
 
 
+# What write_job's proxy samples with (GET /control/config): the start-up check compares it with the job.
+CAPTURE_CONFIG = json.dumps({"renderer": "auto", "temperature": 1.0, "top_p": 1.0, "max_tokens": MAX_TOKENS,
+                             "model_fingerprint": "-"}).encode()
+
+
 class _Healthy(BaseHTTPRequestHandler):
     """Answers 200 to every GET: a proxy and a policy server as far as the start-up checks go."""
 
+    config = CAPTURE_CONFIG
+
     def do_GET(self) -> None:
-        body = b'{"status": "ok"}'
+        body = self.config if self.path == "/control/config" else b'{"status": "ok"}'
         self.send_response(200)
         self.send_header("content-length", str(len(body)))
         self.end_headers()
@@ -65,9 +73,13 @@ class _Healthy(BaseHTTPRequestHandler):
         pass
 
 
+class _NotAProxy(_Healthy):
+    config = b'{"status": "ok"}'
+
+
 @contextlib.contextmanager
-def healthy_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Healthy)
+def healthy_server(handler: type[_Healthy] = _Healthy) -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -84,6 +96,17 @@ def test_an_archive_another_trainer_holds_is_a_one_line_error(tiny_model, tmp_pa
     assert result.returncode == 1, result.stderr
     assert result.stderr.startswith(f"veri train: another trainer is writing the archive {tmp_path / 'jobs' / 'job'}")
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_a_proxy_url_that_is_not_veri_s_proxy_is_a_one_line_error(tiny_model, tmp_path):
+    """It answers /health, but not how it samples: the job cannot know its spans' distribution."""
+    job = write_job(tmp_path, tiny_model)
+    with healthy_server(_NotAProxy) as url:
+        result = veri("train", str(job), "--base-dir", str(tmp_path), "--sandbox", "local", "--proxy-url", url,
+                      "--policy-url", url, "--output", str(tmp_path / "jobs"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith(f"veri train: the service at {url} does not say how it samples")
+    assert "point --proxy-url at veri's capture proxy" in result.stderr and not (tmp_path / "jobs").exists()
 
 
 @pytest.fixture

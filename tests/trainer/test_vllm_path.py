@@ -36,7 +36,7 @@ from veri.services.trainer.weights.vllm_sync import AnnouncedSync
 from veri.validation.run import load_config
 
 VLLM_JOB = {"backend": "vllm", "max_steps": 7, "rollouts_per_prompt": 4, "lora_rank": 8,
-            "sampling": {"temperature": 0.7, "top_p": 0.9}, "grpo": {"per_device_train_batch_size": 8}}
+            "sampling": {"temperature": 0.7, "top_p": 1.0}, "grpo": {"per_device_train_batch_size": 8}}
 
 
 def test_vllm_job_uses_trl_server_mode_against_the_policy(tiny_model, tmp_path):
@@ -49,7 +49,7 @@ def test_vllm_job_uses_trl_server_mode_against_the_policy(tiny_model, tmp_path):
     assert kwargs["use_vllm"] is True and kwargs["vllm_mode"] == "server"
     assert kwargs["vllm_server_base_url"] == "http://policy:8001"
     assert 1024 <= kwargs["vllm_group_port"] < 65536  # a free port of this host, per job
-    assert (kwargs["num_generations"], kwargs["max_steps"], kwargs["temperature"], kwargs["top_p"]) == (4, 7, 0.7, 0.9)
+    assert (kwargs["num_generations"], kwargs["max_steps"], kwargs["temperature"], kwargs["top_p"]) == (4, 7, 0.7, 1.0)
     assert kwargs["reward_weights"] == [1.0] and kwargs["output_dir"] == str(tmp_path / "ckpt")
     args = GRPOConfig(**{**kwargs, "use_cpu": True})  # TRL accepts it (bf16 needs the GPU box)
     assert args.use_vllm and args.vllm_mode == "server" and args.vllm_server_base_url == "http://policy:8001"

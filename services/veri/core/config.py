@@ -24,13 +24,23 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from veri.core import grpo as grpo_rules
 from veri.core.dataset import DatasetConfig
 from veri.core.placement import AUTO, DataParallelSize, PolicyDevice, WeightSync
 from veri.core.problems import Problem, ProblemsError
 from veri.core.records import HostedTools
+from veri.core.sampling import TEMPERATURE_FLOOR, UNMATCHED, UNMATCHED_FIX, temperature_problem, top_p_problem
 from veri.core.signals import SignalsConfig
 
 
@@ -57,13 +67,32 @@ class HarnessProtocol(StrEnum):
 
 
 class SamplingConfig(BaseModel):
+    """The whole sampling of every model call (core/sampling.py: what the trainer can match, and why)."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # a NaN weight or rate poisons training
 
-    temperature: float = Field(default=1.0, gt=0, description="proxy sampling and TRL's logprob temperature")
-    top_p: float = Field(default=1.0, gt=0, le=1, description="proxy sampling and TRL")
+    temperature: float = Field(
+        default=1.0, ge=TEMPERATURE_FLOOR, description="proxy sampling and TRL's logprob temperature"
+    )
+    top_p: float = Field(default=1.0, gt=0, le=1, description="1 only: a nucleus the trainer cannot score")
     max_tokens: int | None = Field(
         default=None, ge=1, description="proxy: cap on tokens per model call (default: max_response_length)"
     )
+
+    @field_validator("temperature", mode="before")  # before the bound: its own message says why and what to set
+    @classmethod
+    def _above_the_floor(cls, value: Any) -> Any:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if (problem := temperature_problem(value)) is not None:
+                raise ValueError(problem)
+        return value
+
+    @field_validator("top_p")
+    @classmethod
+    def _whole_distribution(cls, value: float) -> float:
+        if (problem := top_p_problem(value)) is not None:
+            raise ValueError(problem)
+        return value
 
 
 class RewardConfig(BaseModel):
@@ -315,6 +344,8 @@ def _structure_problem(error: Any, unknown_key: UnknownKeyFix | None) -> Problem
 def _unknown_key_fix(loc: tuple[Any, ...], unknown_key: UnknownKeyFix | None) -> str:
     key = str(loc[-1])
     model = _model_at(loc[:-1])
+    if model is SamplingConfig and key in UNMATCHED:
+        return f"{UNMATCHED_FIX} ({UNMATCHED[key]})"
     if model is JobConfig:
         if key in grpo_rules.VERI_OWNED:
             return f"remove it: {grpo_rules.VERI_OWNED[key]}"

@@ -17,9 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from veri.core.sampling import UNMATCHED
+
 TRL_BATCH_SIZE = 8  # TrainingArguments' per_device_train_batch_size
 PROMPT_TOKENS = 1024  # a training row's first prompt (max_response_length holds all later turns)
-
 
 # GRPOConfig field -> the veri knob that sets it (dotted: a field of a section).
 VERI_KNOBS: dict[str, str] = {
@@ -36,6 +37,7 @@ VERI_KNOBS: dict[str, str] = {
 
 _SERVER = "veri starts the policy server and connects the trainer to it"
 _PROXY = "rollouts are sampled through the capture proxy, which sends only sampling.temperature/top_p/max_tokens"
+_UNMATCHED = "a job samples with `sampling.temperature` alone: "
 _COLOCATE = "only applies to TRL's colocate mode; veri runs vLLM as its own server"
 
 # GRPOConfig field -> why it is not accepted in `grpo:` (and what to set instead).
@@ -54,9 +56,9 @@ VERI_OWNED: dict[str, str] = {
     "vllm_enable_sleep_mode": "use the top-level `vllm_sleep_mode` (TRL's field " + _COLOCATE + ")",
     "vllm_model_impl": _COLOCATE,
     "vllm_structured_outputs_regex": _PROXY,
-    "top_k": _PROXY,
-    "min_p": _PROXY,
-    "repetition_penalty": _PROXY,
+    "top_k": _UNMATCHED + UNMATCHED["top_k"],
+    "min_p": _UNMATCHED + UNMATCHED["min_p"],
+    "repetition_penalty": _UNMATCHED + UNMATCHED["repetition_penalty"],
     "generation_kwargs": _PROXY,
     "use_transformers_continuous_batching": "generation runs in the policy server, not inside TRL",
     "transformers_continuous_batching_config": "generation runs in the policy server, not inside TRL",

@@ -24,7 +24,7 @@ from veri.core.problems import ProblemsError
 from veri.core.rollout_record import RolloutRecord
 from veri.loop.collect.collect import CollectedRollout, GroupCollector
 from veri.loop.collect.options import TrainOptions
-from veri.loop.collect.stack import check_reachable, launch_settings, rollout_runner
+from veri.loop.collect.stack import check_reachable, check_sampling, launch_settings, rollout_runner
 from veri.loop.evals.checkpoints import Checkpoint, load_into_policy, weights_to_load
 from veri.loop.evals.errors import EvalError
 from veri.loop.evals.summary import summarize
@@ -91,15 +91,6 @@ def held_out(tasks: Tasks, job_dir: Path, *, split: bool) -> Tasks:
     return kept
 
 
-def check_sampling(control: ControlClient, temperature: float) -> None:
-    """The proxy samples at its own temperature (the rule: sampling is the job's): it must be the eval's."""
-    served = control.capture_config().temperature
-    if abs(served - temperature) > 1e-9:
-        raise EvalError(f"the capture proxy samples at temperature {served:g}, the eval asks {temperature:g}: start the"
-                        f" proxy with --temperature {temperature:g} (the stack: the job's sampling.temperature), or"
-                        f" pass --temperature {served:g}")
-
-
 def run_eval(config: JobConfig, checkpoint: Checkpoint, options: EvalOptions) -> dict[str, Any]:
     """Run the eval; returns its summary (also in <archive>/eval.json)."""
     train = options.train
@@ -115,8 +106,8 @@ def run_eval(config: JobConfig, checkpoint: Checkpoint, options: EvalOptions) ->
     functions = load_reward_functions(config.rewards, sorted({key for _, row in tasks for key in row}))
     settings = launch_settings(config, train)
     check_reachable(train)
+    check_sampling(train, config, temperature=options.temperature)
     control = ControlClient(train.proxy_url, token=train.control_token)
-    check_sampling(control, temperature)
     layout = _new_archive(train.output_root, train.job_name)
     from veri.infra.quiet import quiet_libraries
 

@@ -24,6 +24,7 @@ import aiohttp
 import orjson
 import structlog
 
+from veri.core import sampling
 from veri.core.policy_api import CompletionRequest, CompletionResponse
 from veri.services.proxy.errors import InvalidRequest, PolicyAborted, PolicyUnavailable
 
@@ -81,6 +82,9 @@ class PolicyClient:
             logprobs=0,
             return_token_ids=True,
             skip_special_tokens=False,
+            # every other sampling field at its neutral value: a server started without veri's flags
+            # would take the model's generation_config.json defaults for it (core/sampling.py)
+            **sampling.NEUTRAL,
         )
         prompt_json = orjson.dumps(prompt_ids)
         fields = orjson.dumps(request.model_dump(exclude_none=True, exclude={"prompt"}))

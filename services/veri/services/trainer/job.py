@@ -3,7 +3,8 @@
 The job's folder is <output_root>/<job_name>/, laid out by `archive.layout.ArchiveLayout` (archive,
 checkpoints, the weights the policy servers load, which they must see at the same path, outputs, the
 final model). The policy server and the capture proxy run already (their URLs come in `TrainOptions`); the proxy
-must sample with the job's sampling settings and max_tokens_per_call (they are not sent per call).
+must sample with the job's sampling settings and max_tokens_per_call (they are not sent per call): checked at
+start (rollouts/stack.py `check_sampling`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from veri.gpu.planner import GpuLayout, LayoutError, WeightSync, plan_from_env
 from veri.infra.http import HttpCallError
 from veri.loop.collect.collect import GroupCollector, LaunchSettings
 from veri.loop.collect.options import TrainOptions
-from veri.loop.collect.stack import check_reachable, launch_settings, rollout_runner
+from veri.loop.collect.stack import check_reachable, check_sampling, launch_settings, rollout_runner
 from veri.loop.rewards import RewardScorer, load_reward_functions
 from veri.services.policy.hf.admin_client import PolicyAdmin
 from veri.services.policy.vllm.admin_client import VllmAdmin
@@ -58,6 +59,7 @@ def _run_job(config: JobConfig, options: TrainOptions, metrics: TrainerMetrics |
     plan = _plan(config) if config.backend == Backend.VLLM else None
     settings = launch_settings(config, options)
     check_reachable(options)
+    check_sampling(options, config)
     with JobArchive(options.output_root, options.job_name) as archive:
         folders = archive.layout
         checkpoint = _line_up(archive, folders, options.resume)

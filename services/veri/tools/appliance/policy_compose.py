@@ -20,13 +20,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from veri.core import envs
+from veri.core import envs, sampling
 from veri.gpu.planner import GpuLayout, PolicyDevice, PolicyServer, WeightSync
 from veri.services.policy.vllm import WORKER_EXTENSION  # the filesystem weight sync calls it through /collective_rpc
 
 POLICY_PORT = 8001
 # What TRL's `trl vllm-serve` adds for its client (trl/scripts/vllm_serve.py), minus generation knobs:
-# logprobs after temperature scaling, as TRL's importance-sampling correction needs them.
+# logprobs after temperature scaling, as TRL's importance-sampling correction needs them. With
+# sampling.SERVER_FLAGS: the model folder's generation_config.json sets no sampling default (core/sampling.py).
 TRL_SERVER_FLAGS = ("--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1")
 NCCL_FLAGS = ("--weight-transfer-config", '{"backend": "nccl"}')
 # The CPU twin: float32 like the trainer on CPU (served logprobs then match the trainer's), no CUDA
@@ -96,7 +97,8 @@ def compose_override(
 
 def vllm_command(plan: GpuLayout, server: PolicyServer, *, model: str, max_model_len: int | None) -> list[str]:
     command = ["vllm", "serve", model, "--host", "0.0.0.0", "--port", str(POLICY_PORT), *server.vllm_args(),
-               *TRL_SERVER_FLAGS, "--enable-prompt-tokens-details", "--worker-extension-cls", WORKER_EXTENSION]
+               *TRL_SERVER_FLAGS, *sampling.SERVER_FLAGS, "--enable-prompt-tokens-details",
+               "--worker-extension-cls", WORKER_EXTENSION]
     if plan.weight_sync == WeightSync.NCCL:
         command += NCCL_FLAGS
     if plan.device == PolicyDevice.CPU:

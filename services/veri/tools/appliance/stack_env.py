@@ -132,11 +132,13 @@ def stage_job_file(config: JobConfig, name: str, state_dir: Path, checkout: Path
 
 def _vllm_stack(config: JobConfig, state_dir: Path, model: Path) -> dict[str, str]:
     from veri.gpu.planner import PolicyDevice, model_facts
+    from veri.tools.appliance.doctor.job import image_prefix
     from veri.tools.appliance.policy_compose import compose_override, dump, images_for, policy_urls
 
     plan = plan_job(config)
-    override = compose_override(plan, model=str(MODELS_IN_CONTAINERS / model.name), images=images_for(plan),
-                                least=least_privilege(), max_model_len=config.max_model_len,
+    override = compose_override(plan, model=str(MODELS_IN_CONTAINERS / model.name),
+                                images=images_for(plan, image_prefix()), least=least_privilege(),
+                                max_model_len=config.max_model_len,
                                 weights_gib=model_facts(model).weight_gib)
     state_dir.mkdir(parents=True, exist_ok=True)
     path = state_dir / OVERRIDE_FILE

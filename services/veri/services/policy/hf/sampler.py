@@ -11,7 +11,11 @@ same. vLLM with `--logprobs-mode processed_logprobs` (what TRL requires of its v
 the same number when top_p == 1; with top_p < 1 vLLM renormalizes over the nucleus and TRL does not,
 and we side with the trainer. Greedy rows (temperature below 1e-5, vLLM's `_SAMPLING_EPS`) take the
 argmax and report raw-logit logprobs, as vLLM does. Sampling itself honours top_p: the token is drawn
-from the renormalized nucleus.
+from the renormalized nucleus (a job never asks for it: core/sampling.py).
+
+The request's temperature and top_p are the whole sampling: the model folder's generation_config.json
+(top_k, min_p, repetition_penalty, its own temperature) is never read here; the loader takes only its
+stop ids from it. Anything else a request asks for is refused (serving.py `_UNSUPPORTED`).
 """
 
 from __future__ import annotations
