@@ -62,6 +62,8 @@ VERI_TOP_P = "VERI_TOP_P"
 VERI_MAX_TOKENS = "VERI_MAX_TOKENS"
 VERI_HOSTED_TOOLS = "VERI_HOSTED_TOOLS"  # the job's hosted_tools (drop | refuse): the proxy's --hosted-tools
 VERI_BUNDLE = "VERI_BUNDLE"  # the job's harness bundle (make train builds its image)
+# the make target that builds the bundle's base when it is veri's (core/harness.py BASE_IMAGE_TARGETS; "": your own)
+VERI_BUNDLE_BASE_TARGET = "VERI_BUNDLE_BASE_TARGET"
 VERI_POLICY_BACKEND = "VERI_POLICY_BACKEND"  # hf or vllm
 VERI_JOB_FILE = "VERI_JOB_FILE"  # the job file as the trainer container reads it (a copy: veri stack-env --name)
 

@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from veri.core.egress import LABEL_EGRESS
-from veri.core.harness import BUNDLE_MOUNT, HARNESS_UID, OUTPUT_MOUNT, HarnessManifest, load_manifest
+from veri.core.harness import (
+    BASE_IMAGE_TARGETS,
+    BUNDLE_MOUNT,
+    HARNESS_UID,
+    OUTPUT_MOUNT,
+    HarnessManifest,
+    load_manifest,
+)
 
 BUILDER_VERSION = "1"  # bump when the generated Dockerfile changes: every bundle then gets a new tag
 IGNORED_NAMES = {"__pycache__", ".git", ".hg", ".venv", "venv", "node_modules", ".DS_Store",
@@ -296,10 +303,13 @@ def build_bundle_image(bundle: Path, client: Any, *, prefix: str = "veri", vendo
     try:
         base = client.images.get(manifest.base_image)
     except docker.errors.ImageNotFound:
+        target = BASE_IMAGE_TARGETS.get(manifest.base_image)
+        terms = " (Claude Code: building it accepts Anthropic's terms, docs/licences.md)" if target == \
+            BASE_IMAGE_TARGETS["veri/base-claude-agent"] else ""
         raise BuildError(
-            f"base_image = {manifest.base_image!r} is not an image on this machine\n"
-            "    fix: `make images` builds veri/base, veri/base-claude-agent and veri/base-codex-agent; your own base: "
-            "`make base-image NAME=... DOCKERFILE=...` or `docker load` it"
+            f"base_image = {manifest.base_image!r} is not an image on this machine\n    fix: " + (
+                f"`make {target}` builds it{terms}" if target else
+                "your own base: `make base-image NAME=... DOCKERFILE=...` or `docker load` it")
         ) from None
     entries = bundle_entries(bundle)
     digest = content_hash(entries, base.id)
