@@ -69,7 +69,10 @@ VERI_JOB_FILE = "VERI_JOB_FILE"  # the job file as the trainer container reads i
 
 # --- make's helpers (scripts/) ------------------------------------------------------------------
 VERI_DISK_MIN_GB = "VERI_DISK_MIN_GB"  # make disk-check stops below this many free GB (default 1; 0 skips)
-VERI_INSTALL_DOCKER = "VERI_INSTALL_DOCKER"  # make docker: 1 lets it install Docker, 0 never
+# the set-up's apt installs (make docker's packages, python3-venv, python3-pip, npm: scripts/host-packages.sh): 1
+# lets make install them, 0 never; unset: where nothing else owns the host's packages (no systemd, or CI=true)
+VERI_INSTALL_PACKAGES = "VERI_INSTALL_PACKAGES"
+VERI_INSTALL_DOCKER = "VERI_INSTALL_DOCKER"  # VERI_INSTALL_PACKAGES's old name, still read
 
 # --- the harness contract: set inside every rollout sandbox ---------------------------------
 OPENAI_BASE_URL = "OPENAI_BASE_URL"

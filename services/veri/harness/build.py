@@ -194,7 +194,7 @@ def vendor_npm_deps(packages: list[str], vendor_root: Path, download: bool, log:
     npm = shutil.which("npm")
     if npm is None:
         raise BuildError(f"deps.npm: vendoring {', '.join(packages)} needs npm on this machine "
-                         f"(or copy a vendored {folder} here)")
+                         f"(Debian: apt-get install npm), or copy a vendored {folder} here")
     tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=_ensure(folder.parent)))
     log(f"vendoring npm packages {' '.join(packages)} into {folder}")
     with tempfile.TemporaryDirectory() as prefix:
