@@ -292,6 +292,20 @@ def _dir_info(name: str) -> tarfile.TarInfo:
     return info
 
 
+def _base_fix(base_image: str) -> str:
+    """What builds a missing base: veri's own by their make target (Claude Code's with its terms), yours by hand."""
+    target = BASE_IMAGE_TARGETS.get(base_image)
+    if target is None:
+        by_target: dict[str, list[str]] = {}
+        for image, builds in BASE_IMAGE_TARGETS.items():
+            by_target.setdefault(builds, []).append(image)
+        veris = ", ".join(f"`make {builds}` builds {' and '.join(images)}" for builds, images in by_target.items())
+        return f"your own base: `make base-image NAME=... DOCKERFILE=...` or `docker load` it (veri's own: {veris})"
+    terms = "; Claude Code: building it accepts Anthropic's terms, docs/licences.md" \
+        if target == BASE_IMAGE_TARGETS["veri/base-claude-agent"] else ""
+    return f"`make {target}` builds it (offline, from vendor/{terms})"
+
+
 def build_bundle_image(bundle: Path, client: Any, *, prefix: str = "veri", vendor_root: Path | None = None,
                        download: bool = True, log: Log | None = None) -> str:
     """Build (or find) the bundle's image; returns its tag `<prefix>/harness-<name>:<hash>`."""
@@ -303,14 +317,8 @@ def build_bundle_image(bundle: Path, client: Any, *, prefix: str = "veri", vendo
     try:
         base = client.images.get(manifest.base_image)
     except docker.errors.ImageNotFound:
-        target = BASE_IMAGE_TARGETS.get(manifest.base_image)
-        terms = " (Claude Code: building it accepts Anthropic's terms, docs/licences.md)" if target == \
-            BASE_IMAGE_TARGETS["veri/base-claude-agent"] else ""
-        raise BuildError(
-            f"base_image = {manifest.base_image!r} is not an image on this machine\n    fix: " + (
-                f"`make {target}` builds it{terms}" if target else
-                "your own base: `make base-image NAME=... DOCKERFILE=...` or `docker load` it")
-        ) from None
+        raise BuildError(f"base_image = {manifest.base_image!r} is not an image on this machine\n    fix: "
+                         + _base_fix(manifest.base_image)) from None
     entries = bundle_entries(bundle)
     digest = content_hash(entries, base.id)
     tag = f"{image_repository(manifest, prefix)}:{digest[:16]}"
