@@ -34,7 +34,8 @@ def add_stack_arguments(parser: argparse.ArgumentParser, *, policy_note: str) ->
                         help="where the config's relative paths start (default: the current directory)")
 
 
-# Never echoed back in a printed command: it is a secret.
+# Left out of a command line printed back: the control token (a secret), and --sandbox and --image, which
+# refuse_without_image writes itself.
 _NOT_ECHOED = {"help", "control_token", "sandbox", "image"}
 
 
