@@ -31,6 +31,8 @@ disk-check: ## how much disk what is still to build needs, against what is free 
 
 venv: $(VENV)/.installed ## .venv with veri and its test deps (torch's CPU build: scripts/torch-cpu.sh)
 
+# $(PYTHON) -m venv needs ensurepip, which Debian's python3 has from python3-venv: installed, or asked for, the way
+# make docker installs its packages (scripts/host-packages.sh).
 # torch first, its CPU build (+cpu) of pyproject.toml's pin, so nothing later pulls a CUDA build: from pip's
 # own sources when they have it (a local wheel folder, a mirror), else PyTorch's CPU index TORCH_INDEX_URL
 # (mk/docker.mk; PyPI's Linux torch is the CUDA build, several GB): scripts/torch-cpu.sh.
@@ -38,7 +40,8 @@ venv: $(VENV)/.installed ## .venv with veri and its test deps (torch's CPU build
 TORCH_VERSION := $(shell sed -n 's/^ *"torch==\([^"]*\)".*/\1/p' pyproject.toml)
 $(VENV)/.installed: export PIP_NO_CACHE_DIR = 1
 $(VENV)/.installed: pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	test -x $(BIN)/python || { scripts/host-packages.sh "make venv" "python3-venv=$(PYTHON) -c 'import ensurepip'" \
+		&& $(PYTHON) -m venv $(VENV); }
 	$(BIN)/pip install -q --upgrade pip
 	TORCH_INDEX_URL=$(TORCH_INDEX_URL) scripts/torch-cpu.sh $(BIN)/pip $(TORCH_VERSION)
 	$(BIN)/pip install -q -e '.[test]'

@@ -1,7 +1,10 @@
 # Docker + gVisor and the offline-built images (scripts/docker/*.sh do the work).
 #   make docker    dockerd + runsc ready (installs them only where that is safe: scripts/docker/setup.sh)
 #   make vendor    the one online step: pip wheels, npm tarballs, the Debian rootfs -> vendor/
-#   make images    veri/os-base, veri/base, veri/base-claude-agent, veri/base-codex-agent, veri/runtime, offline, from vendor/
+#   make images    veri/os-base, veri/base, veri/base-codex-agent, veri/runtime, offline, from vendor/
+#   make images-claude-agent   veri/base-claude-agent: Claude Code, under Anthropic's terms, which building it
+#                  accepts (docs/licences.md), so only where it is needed: make train / make eval for a bundle
+#                  FROM it (veri stack-env's VERI_BUNDLE_BASE_TARGET), make test, make base-image FROM it, or asked
 #   (the vLLM images have their own targets: mk/vllm_cpu.mk images-vllm-cpu, mk/gpu.mk images-gpu)
 #   make vendor-base-image DOCKERFILE=path/Dockerfile   its requirements.txt's wheels -> vendor/ (online, once)
 #   make base-image NAME=my/base DOCKERFILE=path/Dockerfile [EXTRA_CA=ca.pem] [BUILD_ARGS="K=V ..."]  (offline)
@@ -27,7 +30,8 @@ DOCKER_ENV := VENDOR=$(VENDOR) IMAGE_PREFIX=$(IMAGE_PREFIX) BASE_OS_IMAGE=$(BASE
 	EXTRA_CA=$(EXTRA_CA) CLAUDE_CODE_VERSION=$(CLAUDE_CODE_VERSION) CODEX_VERSION=$(CODEX_VERSION) VENDOR_PYTHON=$(VENDOR_PYTHON) \
 	TORCH_INDEX_URL=$(TORCH_INDEX_URL)
 
-.PHONY: docker vendor vendor-os vendor-wheels vendor-npm images vendor-base-image base-image images-clean
+.PHONY: docker vendor vendor-os vendor-wheels vendor-npm images images-claude-agent vendor-base-image base-image \
+	images-clean
 
 docker: ## dockerd + gVisor (runsc) ready
 	@$(DOCKER_ENV) scripts/docker/setup.sh
@@ -49,8 +53,11 @@ vendor-npm: ## internal: a step of make vendor (the harness CLIs' npm tarballs)
 	@$(DOCKER_ENV) scripts/docker/vendor-npm.sh $(VENDOR)/npm-codex \
 		@openai/codex@$(CODEX_VERSION) @openai/codex@$(CODEX_VERSION)-linux-x64
 
-images: docker disk-check vendor ## veri/os-base, veri/base, veri/base-claude-agent, veri/base-codex-agent, veri/runtime (offline)
+images: docker disk-check vendor ## veri/os-base, veri/base, veri/base-codex-agent, veri/runtime (offline)
 	@$(DOCKER_ENV) scripts/docker/images.sh
+
+images-claude-agent: images ## veri/base-claude-agent: + Claude Code, whose terms building it accepts (docs/licences.md)
+	@$(DOCKER_ENV) scripts/docker/images-claude-agent.sh
 
 vendor-base-image: ## DOCKERFILE=.. | a custom base's requirements.txt into vendor/ (online, once)
 	@test -n "$(DOCKERFILE)" || { echo "usage: make vendor-base-image DOCKERFILE=path/Dockerfile (its requirements.txt)"; exit 2; }
@@ -59,6 +66,10 @@ vendor-base-image: ## DOCKERFILE=.. | a custom base's requirements.txt into vend
 base-image: docker ## NAME=.. DOCKERFILE=.. | a custom harness base (offline; EXTRA_CA=file trusts more CAs)
 	@test -n "$(NAME)" -a -n "$(DOCKERFILE)" || { echo "usage: make base-image NAME=my/base DOCKERFILE=path/Dockerfile [EXTRA_CA=ca.pem] [BUILD_ARGS=\"K=V ...\"]"; exit 2; }
 	@docker image inspect $(IMAGE_PREFIX)/base >/dev/null 2>&1 || $(MAKE) --no-print-directory images
+	@# FROM veri/base-claude-agent (the Dockerfile or BUILD_ARGS name it): that image first, as it is built only on need
+	@if grep -qs 'base-claude-agent' $(DOCKERFILE) - <<<"$(BUILD_ARGS)" \
+		&& ! docker image inspect $(IMAGE_PREFIX)/base-claude-agent >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory images-claude-agent; fi
 	@$(DOCKER_ENV) VENDOR=$(abspath $(VENDOR)) EXTRA_CA=$(if $(EXTRA_CA),$(abspath $(EXTRA_CA))) \
 		NETWORK=default LOG_DIR=$(CURDIR)/build/docker \
 		PARENTS="$(IMAGE_PREFIX)/base $(IMAGE_PREFIX)/base-claude-agent $(IMAGE_PREFIX)/base-codex-agent" \
@@ -70,6 +81,6 @@ images-clean: ## remove veri's images (the vLLM ones too): make images builds th
 		$(IMAGE_PREFIX)/trainer-gpu $(IMAGE_PREFIX)/vllm $(IMAGE_PREFIX)/vllm-gpu-deps 2>/dev/null
 	-docker image rm $(IMAGE_PREFIX)/runtime $(IMAGE_PREFIX)/base-claude-agent $(IMAGE_PREFIX)/base-codex-agent $(IMAGE_PREFIX)/base $(IMAGE_PREFIX)/os-base
 
-# The sandbox tests (tests/sandbox) need dockerd + runsc and the images; verified from scratch
+# The sandbox tests (tests/sandbox) need dockerd + runsc and the images, veri/base-claude-agent too; verified from scratch
 # (no packages, no vendor/, no images): docker ~12 s, vendor ~2 min, images ~4 min on 2 cores.
-TEST_PREPARED += images
+TEST_PREPARED += images images-claude-agent

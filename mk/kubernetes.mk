@@ -21,5 +21,6 @@ k8s-binaries-bg: ## internal: make test's background make k8s
 # the kubernetes launcher reads bundle labels from (on loopback; the tests start and stop their own).
 k8s-registry: ## internal: the private registry the kubernetes tests push to (make test installs it)
 	@command -v docker-registry >/dev/null || { mkdir -p build/k8s && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker-registry \
+		DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends \
+		docker-registry \
 		>build/k8s/apt-registry.log 2>&1 || { tail -20 build/k8s/apt-registry.log; exit 1; }; }

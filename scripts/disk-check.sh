@@ -17,7 +17,8 @@ docker_root=$(docker info -f '{{.DockerRootDir}}' 2>/dev/null || echo /var/lib/d
 [ -d "$docker_root" ] || docker_root=/
 images_missing=0
 prefix=${IMAGE_PREFIX:-veri}
-# The images `make images` builds (scripts/docker/images.sh; tests/docs/test_stale_facts.py keeps the two lists equal).
+# The images `make images` builds (scripts/docker/images.sh; tests/docs/test_stale_facts.py keeps the two lists equal),
+# and veri/base-claude-agent, which make test builds too.
 for image in "$prefix"/os-base "$prefix"/base "$prefix"/base-claude-agent "$prefix"/base-codex-agent "$prefix"/runtime; do
   docker image inspect "$image" >/dev/null 2>&1 || images_missing=1
 done

@@ -17,8 +17,11 @@ ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
     LANG=C.UTF-8 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-COPY pyproject.toml /src/pyproject.toml
+COPY pyproject.toml LICENSE /src/
 COPY services /src/services
+# veri's licence (also in the package's metadata: pip show -f veri) and what this image carries, under which
+# licences (docs/licences.md)
+COPY LICENSE docs/licences.md /usr/share/doc/veri/
 RUN pip install --no-cache-dir --no-index --no-deps --no-build-isolation -e /src \
  && python3 -c 'import torch, veri.cli; assert "+cpu" in torch.__version__, torch.__version__' \
  && veri --help >/dev/null

@@ -19,8 +19,11 @@ ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     VLLM_SERVER_DEV_MODE=1
-COPY pyproject.toml /src/pyproject.toml
+COPY pyproject.toml LICENSE /src/
 COPY services /src/services
+# veri's licence (also in the package's metadata: pip show -f veri) and what this image carries, under which
+# licences (docs/licences.md)
+COPY LICENSE docs/licences.md /usr/share/doc/veri/
 RUN pip install -q --no-cache-dir --no-index --no-deps --no-build-isolation -e /src \
  && python3 -c 'import trl, transformers, vllm, veri.cli, veri.services.policy.vllm.worker' \
  && veri train --help >/dev/null

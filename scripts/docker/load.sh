@@ -57,6 +57,9 @@ if [ ! -x "$DIR/.venv/bin/veri" ]; then
   have=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
   [ "$want" = "$have" ] || { echo "load: the vendored wheels are for python $want, this box has $have:" \
     "make a venv in $DIR/.venv with veri installed, or make the bundle with VENDOR_PYTHON=$have" >&2; exit 1; }
+  # Debian's python3 makes a venv only with python3-venv (ensurepip); no network here to install it from.
+  python3 -c 'import ensurepip' 2>/dev/null || { echo "load: python3 has no ensurepip: apt-get install" \
+    "python3-venv (from your Debian mirror or installation media), then rerun" >&2; exit 1; }
   python3 -m venv "$DIR/.venv"
   (cd "$DIR" && PIP_NO_INDEX=1 .venv/bin/pip install -q --no-cache-dir --find-links "$wheels" -r "$wheels/requirements.txt" \
     && PIP_NO_INDEX=1 .venv/bin/pip install -q --no-cache-dir --no-deps --no-build-isolation -e .)

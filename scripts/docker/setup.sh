@@ -2,10 +2,11 @@
 # `make docker`: Docker + gVisor (runsc) ready to use; idempotent.
 #
 # Installs docker.io, runsc, debootstrap (and docker-compose when no compose v2) with apt only when
-#   root  AND  Debian  AND  VERI_INSTALL_DOCKER != 0  AND
-#   (CI=true  OR  VERI_INSTALL_DOCKER=1  OR  no systemd is running — a disposable VM/container
-#    such as CI or a dev box, where nothing else owns dockerd).
-# Everywhere else (a workstation or server with systemd) it only checks and says what to run.
+#   root  AND  Debian  AND  VERI_INSTALL_PACKAGES != 0  AND
+#   (CI=true  OR  VERI_INSTALL_PACKAGES=1  OR  no systemd is running — a disposable VM/container
+#    such as CI or a dev box, where nothing else owns dockerd)
+# (scripts/host-packages.sh: the rule for every host package the set-up installs; VERI_INSTALL_DOCKER is the
+# switch's old name). Everywhere else (a workstation or server with systemd) it only checks and says what to run.
 # It registers runsc and sets "live-restore": true in /etc/docker/daemon.json (merging; dockerd reloads
 # both on SIGHUP, so a changed file costs no restart) and, without systemd, starts dockerd itself,
 # logging to $DOCKERD_LOG. live-restore: containers (the stack's services, running sandboxes) keep
@@ -19,11 +20,12 @@ DAEMON_JSON=${DAEMON_JSON:-/etc/docker/daemon.json}
 DOCKERD_LOG=${DOCKERD_LOG:-/var/log/veri-dockerd.log}
 RUNSC_MIN=20240729
 
+# shellcheck source=scripts/host-packages.sh
+source "$(dirname "$0")/../host-packages.sh"  # may_install, apt_install
 say() { echo "make docker: $*" >&2; }
 die() { say "$*"; exit 1; }
 
 is_root() { [ "$(id -u)" = 0 ]; }
-is_debian() { [ -r /etc/debian_version ] && grep -qi '^ID=debian' /etc/os-release 2>/dev/null; }
 has_systemd() { [ -d /run/systemd/system ]; }
 has_compose() { docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null; }
 codename() { . /etc/os-release && echo "${VERSION_CODENAME:-}"; }
@@ -31,12 +33,6 @@ codename() { . /etc/os-release && echo "${VERSION_CODENAME:-}"; }
 runsc_date() {
   local v; v=$(runsc --version 2>/dev/null || true)
   v=$(grep -o '20[0-9]\{6\}' <<<"$v" | head -1 || true); echo "${v:-0}"
-}
-
-may_install() {
-  [ "${VERI_INSTALL_DOCKER:-}" != 0 ] || return 1
-  is_root && is_debian || return 1
-  [ "${CI:-}" = true ] || [ "${VERI_INSTALL_DOCKER:-}" = 1 ] || ! has_systemd
 }
 
 missing=()
@@ -48,9 +44,6 @@ has_compose || missing+=(docker-compose)
 if [ ${#missing[@]} -gt 0 ]; then
   mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
   if may_install; then
-    say "installing ${missing[*]} with apt"
-    export DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1
-    log=$(mktemp /tmp/veri-apt.XXXXXX.log)
     pkgs=("${missing[@]}")
     if [[ " ${missing[*]} " == *" runsc "* ]] && [ "$(codename)" = bookworm ]; then
       read -r mirror _ < <("$(dirname "$0")/debian-mirror.sh" bookworm)
@@ -58,10 +51,7 @@ if [ ${#missing[@]} -gt 0 ]; then
         "$mirror" >/etc/apt/sources.list.d/veri-bookworm-backports.sources
       pkgs=("${pkgs[@]/#runsc/runsc/bookworm-backports}")  # only runsc (no dependencies) from there
     fi
-    # The package lists may be missing or stale on a fresh machine.
-    { apt-get update -q && apt-get install -y -q --no-install-recommends "${pkgs[@]}"; } >"$log" 2>&1 \
-      || { tail -20 "$log" >&2; die "apt-get failed (log: $log)"; }
-    rm -f "$log"
+    apt_install "make docker" "${pkgs[@]}" || exit 1
     [ "$(runsc_date)" -ge $RUNSC_MIN ] || die "runsc $(runsc_date) is older than $RUNSC_MIN after the install"
   else
     hint="sudo apt-get install ${missing[*]}"
@@ -69,7 +59,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     sudo apt-get update && sudo apt-get install ${missing[*]/#runsc/runsc/bookworm-backports}"
     die "missing: ${missing[*]} (runsc means gVisor >= $RUNSC_MIN; yours: $(runsc_date)). On Debian:
     $hint
-  or run this as root with VERI_INSTALL_DOCKER=1 to let it do that; then rerun make docker."
+  or run this as root with VERI_INSTALL_PACKAGES=1 to let it do that; then rerun make docker."
   fi
 fi
 

@@ -9,6 +9,7 @@ PKGS=("${@:?packages}")
 if [ "$(cat "$OUT/.inputs" 2>/dev/null)" = "${PKGS[*]}" ] && (cd "$OUT" && sha256sum --quiet -c lock.txt) 2>/dev/null; then
   echo "vendor-npm: $OUT is up to date"; exit 0
 fi
+"$(dirname "$0")/../host-packages.sh" "make vendor" "npm=command -v npm"  # Debian's npm: node and npm
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "vendor-npm: npm pack ${PKGS[*]}"

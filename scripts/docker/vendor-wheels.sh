@@ -31,6 +31,7 @@ OUT=${1:?out dir}; shift
 PY=${VENDOR_PYTHON:-3.11}
 TORCH_INDEX_URL=${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}
 TORCH_GPU_INDEX_URL=${TORCH_GPU_INDEX_URL:-}
+PIP_GIVEN=${PIP:-}
 read -r -a PIP <<<"${PIP:-python3 -m pip}"
 
 pyproject() {  # pyproject.toml[:A,B] -> requirement lines
@@ -78,6 +79,8 @@ if [ -z "$report" ] && [ "$(cat "$OUT/.inputs" 2>/dev/null)" = "$inputs" ] \
   echo "vendor-wheels: $OUT is up to date"; exit 0
 fi
 [ $check = 0 ] || exit 1
+# The host's pip (Debian's python3 has none without python3-pip); a PIP of one's own is one's own.
+[ -n "${PIP_GIVEN:-}" ] || "$(dirname "$0")/../host-packages.sh" "make vendor" "python3-pip=python3 -m pip --version"
 
 mkdir -p "$(dirname "$OUT")"
 tmp=$(mktemp -d "${OUT%/}.tmp.XXXXXX")

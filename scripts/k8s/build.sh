@@ -82,6 +82,7 @@ fetch_debs() {
 
 fetch_source() {
   [ -f "$TREE/.unpacked" ] && return
+  "$REPO/scripts/host-packages.sh" "k8s build" "dpkg-dev=command -v dpkg-source"  # not in a minimal Debian 12
   mkdir -p "$OUT/src"
   say "download the kubernetes $K8S_VERSION source package"
   (cd "$OUT/src" && apt_private source --download-only "kubernetes=$K8S_VERSION") >"$OUT/src/download.log" 2>&1 \
@@ -134,6 +135,7 @@ apply_patches() {
   local applied=$OUT/applied-patches p
   mkdir -p "$applied"
   if ! diff -qr "$applied" "$REPO/scripts/k8s/patches" >/dev/null 2>&1; then
+    "$REPO/scripts/host-packages.sh" "k8s build" "patch=command -v patch"  # not in a minimal Debian 12
     local old=("$applied"/*.patch) i
     for ((i = ${#old[@]} - 1; i >= 0; i--)); do patch -s -R -p1 -d "$TREE" <"${old[i]}"; rm "${old[i]}"; done
     for p in "$REPO"/scripts/k8s/patches/*.patch; do

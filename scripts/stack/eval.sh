@@ -21,6 +21,9 @@ fi
 settings=$("$VERI" stack-env "$CONFIG" --name "$(basename "${CONFIG%.*}")")
 eval "$settings"
 "$VERI" validate "$CONFIG"
+# The bundle's base: make images built veri/base and veri/base-codex-agent; veri/base-claude-agent (Claude Code,
+# whose terms building it accepts: docs/licences.md) is built for a bundle FROM it only.
+[ "${VERI_BUNDLE_BASE_TARGET:-images}" = images ] || make --no-print-directory "$VERI_BUNDLE_BASE_TARGET"
 source scripts/stack/compose_files.sh
 image=$("$VERI" harness build "$VERI_BUNDLE" --prefix "${IMAGE_PREFIX:-veri}" --vendor "${VENDOR:-vendor}" | tail -n 1)
 scripts/stack/up.sh

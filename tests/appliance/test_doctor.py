@@ -6,6 +6,7 @@ the toolkit."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -83,6 +84,27 @@ def test_without_a_gpu_it_says_the_cpu_path_is_the_one_available(monkeypatch: py
     assert "GPU in a container" not in plain  # nothing to probe
     gpu_job = facts_by_name(diagnose(REPO / "config/url_extract.yaml", container_probe=False))
     assert gpu_job["NVIDIA GPUs"].status == Status.FAIL and "url_extract_cpu.yaml" in gpu_job["NVIDIA GPUs"].fix
+
+
+def test_a_job_without_backend_gets_validates_refusal_not_needs_gpus(smi, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch):
+    """make train runs doctor before anything else: a job that does not say `backend:` on a box with no NVIDIA
+    GPU gets the answer veri validate gives it (JobConfig.unsaid_backend), not "this job needs 1-8 GPUs"."""
+    job = _job(tmp_path, "config/url_extract.yaml")
+    raw = yaml.safe_load(job.read_text())
+    del raw["backend"]
+    job.write_text(yaml.safe_dump(raw))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    found = facts_by_name(diagnose(job, container_probe=False))
+    assert found["backend"].status == Status.FAIL and "`backend:` is not set" in found["backend"].found
+    assert "backend: hf" in found["backend"].fix and "backend: vllm" in found["backend"].fix
+    assert found["NVIDIA GPUs"].status == Status.INFO and found["images"].status == Status.INFO
+    done = subprocess.run([sys.executable, "-m", "veri.cli", "doctor", "--quiet", "--no-container-probe", str(job)],
+                          cwd=REPO, env={**os.environ, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1 and "FAIL  backend" in done.stdout and "needs 1-" not in done.stdout, done.stdout
+    smi(nvidia_smi.gpus(2, 80))  # on a GPU box the same job is a vLLM job: no backend fact
+    assert "backend" not in facts_by_name(diagnose(job, container_probe=False))
 
 
 def test_an_nvidia_smi_that_fails_is_a_driver_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -14,23 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.hidden_tools import path_without
+
 REPO = Path(__file__).resolve().parents[2]
 # What make's set-up installs for the later tiers (make chromium, make docker, the CLIs, the k8s build)
 HIDDEN = {"chromium", "chromedriver", "runsc", "docker", "dockerd", "containerd", "kubectl", "kubelet",
           "kube-apiserver", "etcd", "claude", "codex", "docker-compose"}
-
-
-def _path_without(hidden: set[str], folder: Path) -> str:
-    """A PATH of one folder holding links to everything on this PATH but `hidden`."""
-    folder.mkdir()
-    for entry in os.environ.get("PATH", "").split(os.pathsep):
-        if not entry or not Path(entry).is_dir() or Path(entry).resolve() == (REPO / ".venv/bin").resolve():
-            continue
-        for tool in Path(entry).iterdir():
-            link = folder / tool.name
-            if tool.name not in hidden and not link.exists() and os.access(tool, os.X_OK) and not tool.is_dir():
-                link.symlink_to(tool)
-    return str(folder)
 
 
 def _fresh_tree(into: Path) -> Path:
@@ -49,7 +38,7 @@ def test_every_tier_collects_with_the_set_ups_tools_missing(tmp_path: Path, tiny
     tree = _fresh_tree(tmp_path / "clone")
     keep = {"LANG", "LC_ALL", "TERM"}
     env = {key: value for key, value in os.environ.items() if key in keep}
-    env |= {"PATH": _path_without(HIDDEN, tmp_path / "bin"), "HOME": str(tmp_path / "home"),
+    env |= {"PATH": path_without(HIDDEN, tmp_path / "bin"), "HOME": str(tmp_path / "home"),
             "PYTHONPATH": str(tree / "services"), "DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock",
             "VERI_TINY_MODEL": str(tiny_model), "PYTHONDONTWRITEBYTECODE": "1"}
     assert not any(shutil.which(tool, path=env["PATH"]) for tool in HIDDEN)

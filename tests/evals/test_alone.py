@@ -1,5 +1,6 @@
 """`veri eval CONFIG` on its own (no stack flags, no --image): it refuses before anything starts and prints the
-exact commands that run this eval: `make eval` with the same options, or by hand with the bundle's image."""
+exact commands that run this eval: `make eval` with the same options, or by hand with the bundle's image (`veri train`
+on its own gets the same, from the same code: rollouts/stack_args.py; tests/trainer/test_train_cli.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def test_alone_it_prints_the_commands_that_run_it(tmp_path: Path) -> None:
     assert "veri harness build harness-bundles/url_extract_openai   # prints IMAGE" in lines
     by_hand = next(line for line in lines if line.startswith("veri eval "))
     assert shlex.split(by_hand)[2:] == ["config/url_extract_tiny.yaml", "--job", "demo", "--held-out", "--samples",
-                                        "2", "--sandbox", "docker", "--image", "IMAGE"]
+                                        "2", "--output", str(tmp_path / "jobs"), "--sandbox", "docker", "--image",
+                                        "IMAGE"]
     assert not (tmp_path / "jobs").exists()  # nothing started, nothing written
 
 

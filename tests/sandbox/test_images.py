@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import textwrap
 import uuid
@@ -12,6 +13,7 @@ from tests.sandbox.conftest import (
     CLAUDE_AGENT,
     CODEX_AGENT,
     LABEL,
+    ROOT,
     RUNTIME,
     claude_code_version,
     docker,
@@ -199,3 +201,21 @@ def test_runtime_image_has_veri_and_cpu_torch(run_sandboxed):
     """), user="root", timeout=180)
     assert result.exit_code == 0, result.output
     assert result.output.strip().endswith("+cpu"), result.output
+
+
+def test_veris_images_carry_its_licence(run_sandboxed):
+    """veri/base holds veri's own script (veri-add-extra-ca), veri/runtime veri itself: each carries veri's LICENSE
+    (Apache-2.0) in /usr/share/doc/veri/, and so does every image FROM veri/base; the runtime also the page that
+    says what each image carries (docs/licences.md), and the LICENSE in veri's package metadata."""
+    licence = hashlib.sha256((ROOT / "LICENSE").read_bytes()).hexdigest()
+    for image in (BASE, CLAUDE_AGENT, CODEX_AGENT, RUNTIME):
+        result = run_sandboxed(image, ["sha256sum", "/usr/share/doc/veri/LICENSE"],
+                               user="root" if image == RUNTIME else "harness")  # the runtime has no harness user
+        assert result.exit_code == 0 and result.output.split()[0] == licence, (image, result.output)
+    result = run_sandboxed(RUNTIME, ["bash", "-c", "head -1 /usr/share/doc/veri/licences.md; pip show -f veri"],
+                           user="root", timeout=180)
+    assert result.exit_code == 0 and result.output.startswith("# Licences"), result.output
+    assert "dist-info/licenses/LICENSE" in result.output, result.output
+    # Claude Code's own terms travel with it (its package's LICENSE.md), as docs/licences.md says.
+    terms = run_sandboxed(CLAUDE_AGENT, ["cat", "/usr/local/lib/node_modules/@anthropic-ai/claude-code/LICENSE.md"])
+    assert terms.exit_code == 0 and "https://code.claude.com/docs/en/legal-and-compliance" in terms.output

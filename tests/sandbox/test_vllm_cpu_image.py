@@ -7,6 +7,7 @@ containers run with no network, under docker's default runtime.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -90,3 +91,11 @@ def test_the_trainer_tag_is_the_same_image(client):
     except docker.errors.ImageNotFound:
         pytest.fail(f"{IMAGE} exists but {TRAINER} does not: `make images-vllm-cpu` tags both")
     assert trainer.id == client.images.get(IMAGE).id
+
+
+def test_the_image_carries_veris_licence(client):
+    """veri's code is in it: its LICENSE, and what the image carries under which licences (docs/licences.md)."""
+    found = run(client, "sh", "-c", "cmp /usr/share/doc/veri/LICENSE /src/LICENSE && sha256sum /src/LICENSE"
+                " && head -1 /usr/share/doc/veri/licences.md")
+    assert found.split() == [hashlib.sha256((ROOT / "LICENSE").read_bytes()).hexdigest(), "/src/LICENSE", "#",
+                             "Licences"], found

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -44,12 +45,25 @@ def test_config_problems_are_listed_before_anything_starts(tiny_model, tmp_path)
     assert result.returncode == 1 and "max_step: is not a known key" in result.stderr
 
 
-def test_docker_sandboxes_need_the_bundles_image(tiny_model, tmp_path):
+def test_without_an_image_it_prints_the_commands_that_run_the_job(tiny_model, tmp_path):
+    """As `veri eval` on its own (tests/evals/test_alone.py, the same code: rollouts/stack_args.py): nothing starts,
+    and the refusal gives make train with the job's RESUME and NAME, and by hand the bundle's build then
+    veri train with every option given."""
     job = write_job(tmp_path, tiny_model)
-    result = veri("train", str(job), "--base-dir", str(tmp_path), "--sandbox", "docker",
+    result = veri("train", str(job), "--base-dir", str(tmp_path), "--name", "demo", "--resume",
                   "--output", str(tmp_path / "jobs"))
-    assert result.returncode == 1 and "--sandbox docker needs --image" in result.stderr
-    assert not (tmp_path / "jobs").exists()
+    assert result.returncode == 1 and "Traceback" not in result.stderr and result.stdout == ""
+    lines = [line.strip() for line in result.stderr.splitlines()]
+    assert lines[0].startswith("veri train: --sandbox docker runs the harness bundle's image, and no --image")
+    assert f"make train CONFIG={job} RESUME=1 NAME=demo" in lines
+    assert f"veri harness build {tmp_path / 'bundle'}   # prints IMAGE" in lines
+    by_hand = next(line for line in lines if line.startswith("veri train "))
+    assert shlex.split(by_hand)[2:] == [str(job), "--resume", "--name", "demo", "--output", str(tmp_path / "jobs"),
+                                        "--base-dir", str(tmp_path), "--sandbox", "docker", "--image", "IMAGE"]
+    assert not (tmp_path / "jobs").exists()  # nothing started, nothing written
+    launcher = veri("train", str(job), "--base-dir", str(tmp_path), "--sandbox", "launcher")
+    assert launcher.returncode == 1 and f"make train CONFIG={job}\n" in launcher.stderr
+    assert "--sandbox launcher --image IMAGE" in launcher.stderr and "--name" not in launcher.stderr
 
 
 # What write_job's proxy samples with (GET /control/config): the start-up check compares it with the job.

@@ -62,12 +62,17 @@ VERI_TOP_P = "VERI_TOP_P"
 VERI_MAX_TOKENS = "VERI_MAX_TOKENS"
 VERI_HOSTED_TOOLS = "VERI_HOSTED_TOOLS"  # the job's hosted_tools (drop | refuse): the proxy's --hosted-tools
 VERI_BUNDLE = "VERI_BUNDLE"  # the job's harness bundle (make train builds its image)
+# the make target that builds the bundle's base when it is veri's (core/harness.py BASE_IMAGE_TARGETS; "": your own)
+VERI_BUNDLE_BASE_TARGET = "VERI_BUNDLE_BASE_TARGET"
 VERI_POLICY_BACKEND = "VERI_POLICY_BACKEND"  # hf or vllm
 VERI_JOB_FILE = "VERI_JOB_FILE"  # the job file as the trainer container reads it (a copy: veri stack-env --name)
 
 # --- make's helpers (scripts/) ------------------------------------------------------------------
 VERI_DISK_MIN_GB = "VERI_DISK_MIN_GB"  # make disk-check stops below this many free GB (default 1; 0 skips)
-VERI_INSTALL_DOCKER = "VERI_INSTALL_DOCKER"  # make docker: 1 lets it install Docker, 0 never
+# the set-up's apt installs (make docker's packages, python3-venv, python3-pip, npm: scripts/host-packages.sh): 1
+# lets make install them, 0 never; unset: where nothing else owns the host's packages (no systemd, or CI=true)
+VERI_INSTALL_PACKAGES = "VERI_INSTALL_PACKAGES"
+VERI_INSTALL_DOCKER = "VERI_INSTALL_DOCKER"  # VERI_INSTALL_PACKAGES's old name, still read
 
 # --- the harness contract: set inside every rollout sandbox ---------------------------------
 OPENAI_BASE_URL = "OPENAI_BASE_URL"

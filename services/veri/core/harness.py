@@ -28,6 +28,11 @@ OUTPUT_MOUNT = "/veri/output"  # VERI_OUTPUT_DIR inside the sandbox
 HARNESS_UID = 1000  # the `harness` user of veri/base: every sandbox runs as it (uid = gid)
 # An entrypoint argument ending so (or starting ./) names a file the bundle must hold.
 SCRIPT_SUFFIXES = (".py", ".sh", ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl")
+# veri's own harness bases, and the make target that builds each (mk/docker.mk). veri/base-claude-agent holds Claude
+# Code, used under Anthropic's terms, which building it accepts (docs/licences.md): `make images` leaves it out, and
+# make train and make eval build it for a job whose bundle is FROM it (veri stack-env's VERI_BUNDLE_BASE_TARGET).
+BASE_IMAGE_TARGETS = {"veri/base": "images", "veri/base-codex-agent": "images",
+                      "veri/base-claude-agent": "images-claude-agent"}
 NPM_SPEC = re.compile(r"(@[a-z0-9][\w.-]*/)?[a-z0-9][\w.-]*(@[\w.^~<>=*|+ -]+)?")
 
 # What to do about each manifest field when it is wrong (shown with the validation error).

@@ -32,3 +32,60 @@ def add_stack_arguments(parser: argparse.ArgumentParser, *, policy_note: str) ->
                         help=f"the launcher service (default ${envs.VERI_LAUNCHER_URL} or {DEFAULT_LAUNCHER_URL})")
     parser.add_argument("--base-dir", type=Path, default=None,
                         help="where the config's relative paths start (default: the current directory)")
+
+
+# Left out of a command line printed back: the control token (a secret), and --sandbox and --image, which
+# refuse_without_image writes itself.
+_NOT_ECHOED = {"help", "control_token", "sandbox", "image"}
+
+
+def command_options(parser: argparse.ArgumentParser) -> tuple[argparse.Action, ...]:
+    """Every option of a command (not its positionals), for `given_options`: call it once all are added."""
+    return tuple(action for action in parser._actions if action.option_strings and action.dest != "help")
+
+
+def given_options(args: argparse.Namespace, options: tuple[argparse.Action, ...]) -> list[str]:
+    """`options` as given (those at their defaults left out), as a command line in the parser's order."""
+    words: list[str] = []
+    for action in options:
+        value = getattr(args, action.dest)
+        if value == action.default or action.dest in _NOT_ECHOED:
+            continue
+        flag = max(action.option_strings, key=len)
+        if action.nargs == 0:
+            words.append(flag)
+        elif isinstance(value, (list, tuple)):
+            words += [flag, *map(str, value)]
+        else:
+            words += [flag, str(value)]
+    return words
+
+
+def refuse_without_image(args: argparse.Namespace, *, command: str, make: str, through_make: str) -> None:
+    """Sandboxes (docker, launcher) run the harness bundle's image: without --image, a StackError that prints the
+    exact commands that run `veri COMMAND` as given, before anything starts. `args.command_options`: the command's
+    options (`command_options`). `make`: the make command that does it through the stack, `through_make`: what
+    that does.
+
+    Not found or built here: a run through the stack must run where the stack's paths hold (the policy container
+    loads weights from /state/jobs, the trainer container's --output, not this host's) with the proxy sampling
+    at the job's settings, which `make train` and `make eval` set up."""
+    import shlex
+
+    from veri.core.config import parse_config, read_config_file
+    from veri.loop.collect.errors import StackError
+
+    if args.sandbox == "local" or args.image:
+        return
+    bundle = parse_config(read_config_file(args.config), base_dir=args.base_dir).harness_bundle
+    try:
+        bundle = bundle.relative_to(Path.cwd())
+    except ValueError:
+        pass  # outside the current folder: its absolute path
+    by_hand = shlex.join(["veri", command, str(args.config), *given_options(args, args.command_options),
+                          "--sandbox", args.sandbox, "--image", "IMAGE"])
+    raise StackError(
+        f"--sandbox {args.sandbox} runs the harness bundle's image, and no --image was given. Through the stack"
+        f" ({through_make}):\n    {make}\nor against a capture proxy and a policy server you started on this host"
+        f" yourself (--proxy-url, --policy-url):\n"
+        f"    veri harness build {shlex.quote(str(bundle))}   # prints IMAGE\n    {by_hand}")

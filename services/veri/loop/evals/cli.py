@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from veri.core.state import JOBS_HELP, jobs_dir
-from veri.loop.collect.stack_args import add_stack_arguments
+from veri.loop.collect.stack_args import add_stack_arguments, command_options, given_options, refuse_without_image
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -47,15 +47,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     # The eval's own options, which `make eval ARGS=...` passes on (make eval sets --output and the stack's).
     own = tuple(action for action in run._actions[first_own:] if action.dest != "output")
     add_stack_arguments(run, policy_note="it serves the evaluated weights afterwards")
-    run.set_defaults(func=_eval, eval_options=own)
+    run.set_defaults(func=_eval, eval_options=own, command_options=command_options(run))
 
 
 def _eval(args: argparse.Namespace) -> int:
     from veri.loop.evals.errors import eval_failures
 
-    args.output = args.output or jobs_dir()
     try:
-        _needs_an_image(args)
+        _refuse_without_image(args)  # before --output takes its default: the commands carry what was given
+        args.output = args.output or jobs_dir()
         if args.compare:
             return _compare(args)
         summary = _run_one(args, model=args.model, job=args.job, step=args.step, name=args.name)
@@ -66,51 +66,16 @@ def _eval(args: argparse.Namespace) -> int:
         return 1
 
 
-def _needs_an_image(args: argparse.Namespace) -> None:
-    """Sandboxes run the bundle's image: without --image, the commands that run this eval, exactly.
-
-    Not found or built here: an eval through the stack must run where the stack's paths hold (the policy
-    container loads weights from /state/jobs, which is the trainer container's --output, not this host's),
-    with the proxy sampling at the job's settings; `make eval` brings up all of that, as `make train` does."""
+def _refuse_without_image(args: argparse.Namespace) -> None:
+    """Without --image: the commands that run this eval, make eval with the eval's own options, or by hand."""
     import shlex
 
-    from veri.core.config import parse_config, read_config_file
-    from veri.loop.evals.errors import EvalError
-
-    if args.sandbox == "local" or args.image:
-        return
-    bundle = parse_config(read_config_file(args.config), base_dir=args.base_dir).harness_bundle
-    try:
-        bundle = bundle.relative_to(Path.cwd())
-    except ValueError:
-        pass  # outside the current folder: its absolute path
-    own = _given(args)
+    own = given_options(args, args.eval_options)
     make = f"make eval CONFIG={shlex.quote(str(args.config))}"
     make += f" ARGS={shlex.quote(shlex.join(own))}" if own else ""
-    by_hand = shlex.join(["veri", "eval", str(args.config), *own, "--sandbox", args.sandbox, "--image", "IMAGE"])
-    raise EvalError(
-        f"--sandbox {args.sandbox} runs the harness bundle's image, and no --image was given. Through the stack"
-        f" (it builds the image, brings the stack up with the job's model and sampling, runs this eval in the"
-        f" trainer container, archive in the jobs folder):\n    {make}\nor against a capture proxy and a policy"
-        f" server you started on this host yourself (--proxy-url, --policy-url):\n"
-        f"    veri harness build {shlex.quote(str(bundle))}   # prints IMAGE\n    {by_hand}")
-
-
-def _given(args: argparse.Namespace) -> list[str]:
-    """The eval's own options as given (not their defaults), as a command line."""
-    words: list[str] = []
-    for action in args.eval_options:
-        value = getattr(args, action.dest)
-        if value == action.default:
-            continue
-        flag = max(action.option_strings, key=len)
-        if action.nargs == 0:
-            words.append(flag)
-        elif isinstance(value, (list, tuple)):
-            words += [flag, *map(str, value)]
-        else:
-            words += [flag, str(value)]
-    return words
+    refuse_without_image(args, command="eval", make=make,
+                         through_make="it builds the image, brings the stack up with the job's model and sampling,"
+                                      " runs this eval in the trainer container, archive in the jobs folder")
 
 
 def _compare(args: argparse.Namespace) -> int:

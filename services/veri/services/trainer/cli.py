@@ -15,10 +15,9 @@ from pathlib import Path
 
 from veri.core import envs
 from veri.core.state import JOBS_HELP, jobs_dir
-from veri.loop.collect.stack_args import add_stack_arguments
+from veri.loop.collect.stack_args import add_stack_arguments, command_options, refuse_without_image
 
 STOPPED_EXIT = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
-
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -33,7 +32,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                             " (default: off)")
     train.add_argument("--metrics-host", default="127.0.0.1",
                        help="address for --metrics-port (0.0.0.0 to be scraped from another container)")
-    train.set_defaults(func=_train)
+    train.set_defaults(func=_train, command_options=command_options(train))
 
     validate = commands.add_parser("validate", help="check a job config: every problem at once, each with its fix")
     validate.add_argument("config", type=Path, help="job file (.yaml or .toml)")
@@ -61,8 +60,14 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from veri.services.trainer.errors import TRAIN_FAILURES
     from veri.services.trainer.ui.interrupt import install_stop_handlers
 
+    try:
+        _refuse_without_image(args)  # before --output takes its default: the commands carry what was given
+    except TRAIN_FAILURES as error:
+        print(f"veri train: {error}", file=sys.stderr)
+        return 1
     install_stop_handlers()
     args.output = args.output or jobs_dir()
     try:
@@ -71,6 +76,17 @@ def _train(args: argparse.Namespace) -> int:
         print(stopped_message(args.output.resolve() / (args.name or args.config.stem), _resume_command(args)),
               file=sys.stderr, flush=True)
         return STOPPED_EXIT
+
+
+def _refuse_without_image(args: argparse.Namespace) -> None:
+    """Without --image: the commands that run this job, make train (its RESUME and NAME) or by hand."""
+    import shlex
+
+    make = f"make train CONFIG={shlex.quote(str(args.config))}" + (" RESUME=1" if args.resume else "")
+    make += f" NAME={shlex.quote(args.name)}" if args.name else ""
+    refuse_without_image(args, command="train", make=make,
+                         through_make="it builds the image, brings the stack up with the job's model and sampling,"
+                                      " runs this job in the trainer container, archive in the jobs folder")
 
 
 def _run_train(args: argparse.Namespace) -> int:

@@ -77,6 +77,7 @@ def stack_env(config_path: Path, state_dir: Path | None = None, *, model_only: b
         # empty when none: what compose defaults to, so a running stack is not recreated for it
         "VERI_CHAT_TEMPLATE_KWARGS": json.dumps(config.chat_template_kwargs) if config.chat_template_kwargs else "",
         "VERI_BUNDLE": str(config.harness_bundle),
+        envs.VERI_BUNDLE_BASE_TARGET: _base_target(config.harness_bundle),
         "VERI_POLICY_BACKEND": str(config.backend),
         "COMPOSE_FILE": BASE_COMPOSE_FILE,
         envs.VERI_POLICY_URLS: "",  # compose.yaml's default: the hf policy
@@ -87,6 +88,17 @@ def stack_env(config_path: Path, state_dir: Path | None = None, *, model_only: b
     if config.backend == Backend.VLLM:
         values |= _vllm_stack(config, _state_dir(state_dir), model)
     return values
+
+
+def _base_target(bundle: Path) -> str:
+    """The make target that builds the bundle's base image when it is one of veri's ("" for your own, or a bundle
+    whose manifest does not load: `veri validate`, next in make train, names its problem)."""
+    from veri.core.harness import BASE_IMAGE_TARGETS, ManifestError, load_manifest
+
+    try:
+        return BASE_IMAGE_TARGETS.get(load_manifest(bundle).base_image, "")
+    except ManifestError:
+        return ""
 
 
 def stage_job_file(config: JobConfig, name: str, state_dir: Path, checkout: Path = BASE_COMPOSE_PATH.parent) -> Path:

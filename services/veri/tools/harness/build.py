@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from veri.core.egress import LABEL_EGRESS
-from veri.core.harness import BUNDLE_MOUNT, HARNESS_UID, OUTPUT_MOUNT, HarnessManifest, load_manifest
+from veri.core.harness import (
+    BASE_IMAGE_TARGETS,
+    BUNDLE_MOUNT,
+    HARNESS_UID,
+    OUTPUT_MOUNT,
+    HarnessManifest,
+    load_manifest,
+)
 
 BUILDER_VERSION = "1"  # bump when the generated Dockerfile changes: every bundle then gets a new tag
 IGNORED_NAMES = {"__pycache__", ".git", ".hg", ".venv", "venv", "node_modules", ".DS_Store",
@@ -187,7 +194,7 @@ def vendor_npm_deps(packages: list[str], vendor_root: Path, download: bool, log:
     npm = shutil.which("npm")
     if npm is None:
         raise BuildError(f"deps.npm: vendoring {', '.join(packages)} needs npm on this machine "
-                         f"(or copy a vendored {folder} here)")
+                         f"(Debian: apt-get install npm), or copy a vendored {folder} here")
     tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=_ensure(folder.parent)))
     log(f"vendoring npm packages {' '.join(packages)} into {folder}")
     with tempfile.TemporaryDirectory() as prefix:
@@ -285,6 +292,20 @@ def _dir_info(name: str) -> tarfile.TarInfo:
     return info
 
 
+def _base_fix(base_image: str) -> str:
+    """What builds a missing base: veri's own by their make target (Claude Code's with its terms), yours by hand."""
+    target = BASE_IMAGE_TARGETS.get(base_image)
+    if target is None:
+        by_target: dict[str, list[str]] = {}
+        for image, builds in BASE_IMAGE_TARGETS.items():
+            by_target.setdefault(builds, []).append(image)
+        veris = ", ".join(f"`make {builds}` builds {' and '.join(images)}" for builds, images in by_target.items())
+        return f"your own base: `make base-image NAME=... DOCKERFILE=...` or `docker load` it (veri's own: {veris})"
+    terms = "; Claude Code: building it accepts Anthropic's terms, docs/licences.md" \
+        if target == BASE_IMAGE_TARGETS["veri/base-claude-agent"] else ""
+    return f"`make {target}` builds it (offline, from vendor/{terms})"
+
+
 def build_bundle_image(bundle: Path, client: Any, *, prefix: str = "veri", vendor_root: Path | None = None,
                        download: bool = True, log: Log | None = None) -> str:
     """Build (or find) the bundle's image; returns its tag `<prefix>/harness-<name>:<hash>`."""
@@ -296,11 +317,8 @@ def build_bundle_image(bundle: Path, client: Any, *, prefix: str = "veri", vendo
     try:
         base = client.images.get(manifest.base_image)
     except docker.errors.ImageNotFound:
-        raise BuildError(
-            f"base_image = {manifest.base_image!r} is not an image on this machine\n"
-            "    fix: `make images` builds veri/base, veri/base-claude-agent and veri/base-codex-agent; your own base: "
-            "`make base-image NAME=... DOCKERFILE=...` or `docker load` it"
-        ) from None
+        raise BuildError(f"base_image = {manifest.base_image!r} is not an image on this machine\n    fix: "
+                         + _base_fix(manifest.base_image)) from None
     entries = bundle_entries(bundle)
     digest = content_hash(entries, base.id)
     tag = f"{image_repository(manifest, prefix)}:{digest[:16]}"

@@ -3,7 +3,8 @@
     GPUs (nvidia-smi on PATH: count, memory, compute capability, MIG) and the driver, against what the
     images' CUDA 13 build needs (gpus.py); a short container with compose's GPU device request
     (host.py); docker + runsc, disk, /dev/shm (host.py); the images and the job's model folder and plan
-    (job.py). On a box without a GPU it says so, and that the CPU path is the one available.
+    (job.py). On a box without a GPU it says so, and that the CPU path is the one available; a job that does
+    not say `backend:` there gets the refusal `veri validate` gives (JobConfig.unsaid_backend).
 
 `make doctor [CONFIG=...]` runs it; `make train` runs it first and stops on a failure (exit 1). Every
 fact is read from the machine as it is: tests put a stand-in nvidia-smi on PATH.
@@ -39,7 +40,12 @@ def diagnose(config_path: Path | None, *, container_probe: bool = True, repo: Pa
         found, error = gpus.read_gpus(), None
     except gpus.SmiError as failure:
         found, error = None, str(failure)
-    facts += gpus.gpu_facts(found, gpu_job=job.gpu_job(config), error=error)
+    inventory = _inventory(found)
+    # A job that does not say `backend:` on a box with no NVIDIA GPU: validate's refusal, not "needs GPUs".
+    unsaid = job.backend_fact(config, inventory)
+    facts += [unsaid] if unsaid else []
+    needs_gpus = job.gpu_job(config) and unsaid is None
+    facts += gpus.gpu_facts(found, gpu_job=needs_gpus, error=error)
     client = host.docker_client()
     facts += host.docker_facts(client)
     if found:
@@ -49,13 +55,12 @@ def diagnose(config_path: Path | None, *, container_probe: bool = True, repo: Pa
         facts.append(host.gpu_container_fact(client, image, ids) if container_probe
                      else Fact("GPU in a container", Status.INFO, "not probed (--no-container-probe)"))
     docker_root = client.info().get("DockerRootDir") if client is not None else None
-    images = job.image_facts(client, config, repo)
-    missing = job.gpu_job(config) and images[0].status == Status.FAIL and "no " in images[0].found
+    images = job.image_facts(client, config, repo, needs_gpus=needs_gpus, backend_unsaid=unsaid is not None)
+    missing = needs_gpus and images[0].status == Status.FAIL and "no " in images[0].found
     facts.append(host.disk_fact(repo, docker_root, gpu_images_missing=missing))
     facts.append(host.shm_fact(gpus=len(found or [])))
     facts += images
     facts.append(job.model_fact(config))
-    inventory = _inventory(found)
     plan = job.plan_fact(config, inventory)
     return facts + ([plan] if plan else [])
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from veri.core.config import Backend, JobConfig
-from veri.gpu.job import plan_job
-from veri.gpu.planner import GpuInventory, LayoutError, PolicyDevice
+from veri.gpu.job import plan_job, unsaid_backend
+from veri.gpu.planner import GpuInventory, GpuVendor, LayoutError, PolicyDevice
 from veri.tools.appliance.doctor.facts import Fact, Status
 
 BUILT_BY_TRAIN = {"tiny", "tiny-vllm", "smollm2"}  # veri's own models: make train builds them
@@ -40,8 +40,20 @@ def present(client: Any, tag: str) -> dict[str, Any] | None:
         return None
 
 
-def image_facts(client: Any, config: JobConfig | None, repo: Path) -> list[Fact]:
-    if not gpu_job(config):
+def backend_fact(config: JobConfig | None, inventory: GpuInventory | None) -> Fact | None:
+    """A job without `backend:` on a box with no NVIDIA GPU: refused as `veri validate` and the trainer refuse
+    it, from the same place (JobConfig.unsaid_backend); None when the job says its backend or GPUs are here."""
+    if config is None:
+        return None
+    unsaid = unsaid_backend(config, inventory or GpuInventory(0, GpuVendor.NONE))
+    return Fact("backend", Status.FAIL, unsaid.message, unsaid.fix) if unsaid else None
+
+
+def image_facts(client: Any, config: JobConfig | None, repo: Path, *, needs_gpus: bool,
+                backend_unsaid: bool = False) -> list[Fact]:
+    if backend_unsaid:
+        return [Fact("images", Status.INFO, "not checked: which images a job runs in depends on its backend (above)")]
+    if not needs_gpus:
         return [Fact("images", Status.INFO, "make train builds (or finds up to date) the images a CPU job needs")]
     prefix = image_prefix()
     tags = [f"{prefix}/{name}" for name in GPU_IMAGES]
