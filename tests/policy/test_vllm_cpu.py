@@ -63,7 +63,7 @@ TRL_ROUTES = ["/health", "/v1/models", "/server_info", "/get_world_size", "/init
               "/v1/completions"]
 MAX_TOKENS = 24
 # This checkout's worker extension over the image's (the filesystem sync's routes are tested as they are here).
-WORKER_FILE = Path(__file__).parents[2] / "services" / "veri" / "policy" / "vllm" / "worker.py"
+WORKER_FILE = Path(__file__).parents[2] / "services" / "veri" / "services" / "policy" / "vllm" / "worker.py"
 IMAGE_WORKER_FILE = "/src/services/veri/services/policy/vllm/worker.py"
 STANDIN = Path(__file__).parents[1] / "vllm_standin.py"
 

@@ -20,7 +20,7 @@ from packaging.version import Version
 from tests.sandbox.conftest import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
-PINS = ROOT / "services" / "veri" / "core" / "pins" / "gpu-stack.txt"
+PINS = ROOT / "services" / "veri" / "gpu" / "stack" / "gpu-stack.txt"
 PREFIX = os.environ.get("IMAGE_PREFIX", "veri")
 IMAGE = f"{PREFIX}/vllm-cpu"
 TRAINER = f"{PREFIX}/trainer-cpu"
