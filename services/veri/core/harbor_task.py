@@ -382,7 +382,7 @@ def check_task(task: HarborTask) -> list[Problem]:
                        "write the literal value")
     if verifier.network_mode not in (None, NetworkMode.NO_NETWORK):
         refuse("verifier.network_mode", f"is {verifier.network_mode.value!r}: veri's verifier always runs offline",
-               "remove it (or set \"no-network\"); vendor what test.sh needs (veri tasks vendor)")
+               "remove it (or set \"no-network\"): test.sh gets its tools from veri's vendored set, offline")
     agent = config.agent
     if agent.network_mode is not None and (agent.network_mode, agent.allowed_hosts) != (
             env.network_mode, env.allowed_hosts):
