@@ -84,8 +84,8 @@ class _PhaseNetwork(_Table):
 
 
 class Author(_Table):
-    name: str
-    email: str | None = None
+    name: str = Field(description="the author's name")
+    email: str | None = Field(default=None, description="the author's e-mail address")
 
 
 class TaskInfo(_Table):

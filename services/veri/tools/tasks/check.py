@@ -13,8 +13,9 @@ from veri.core.harbor_task import check_task, find_tasks, load_task, task_notes
 from veri.core.problems import Problem, ProblemsError
 
 
-def check_paths(paths: Iterable[Path], out: TextIO = sys.stdout) -> int:
-    """Print the report; 0 when every task is runnable, 1 otherwise."""
+def check_paths(paths: Iterable[Path], out: TextIO | None = None) -> int:
+    """Print the report (to stdout unless `out`); 0 when every task is runnable, 1 otherwise."""
+    out = out or sys.stdout
     ok = bad = 0
     for path in paths:
         try:
