@@ -357,9 +357,9 @@ A masked one adds nothing to the loss either, but its reward still counts in its
 def harbor_task_reference() -> str:
     from veri.core import harbor_task as ht
 
-    sections = {ht.TaskInfo: "task", ht.Author: "task.authors", ht.AgentSection: "agent", ht.VerifierSection: "verifier",
-                ht.EnvironmentSection: "environment", ht.Healthcheck: "environment.healthcheck",
-                ht.SolutionSection: "solution"}
+    sections = {ht.TaskInfo: "task", ht.Author: "task.authors", ht.AgentSection: "agent",
+                ht.VerifierSection: "verifier", ht.EnvironmentSection: "environment",
+                ht.Healthcheck: "environment.healthcheck", ht.SolutionSection: "solution"}
     links: dict[type, str] = dict(sections)
     tables = "".join(f"### [{name}]\n\n{model_table(model, name + '.', links)}\n"
                      for model, name in sections.items())
@@ -369,7 +369,7 @@ def harbor_task_reference() -> str:
 
 Every key of a Harbor task's `{ht.TASK_FILE}` (Harbor's schema 1.0 to {newest}) as veri reads it. A task folder
 holds `{ht.TASK_FILE}`, `{ht.INSTRUCTION_FILE}` (the agent's prompt; leading canary lines dropped, as Harbor
-does), `{ht.TEST_SCRIPT}` (the verifier: it writes `/logs/verifier/reward.txt` or `reward.json`),
+does), `<task>/{ht.TEST_SCRIPT}` (the verifier: it writes `/logs/verifier/reward.txt` or `reward.json`),
 `{ht.DOCKERFILE}` (or `[environment] docker_image`) and `solution/solve.sh`. The older spellings are read and
 normalised: `version` as `schema_version`, `memory = "2G"` / `storage = "10G"` as `memory_mb` / `storage_mb`,
 `allow_internet` as `network_mode`. Keys Harbor's schema does not have are named by `veri tasks check`,

@@ -110,9 +110,9 @@ class AgentSection(_PhaseNetwork):
 
 
 class VerifierSection(_PhaseNetwork):
-    timeout_sec: float = Field(default=600.0, gt=0, description="tests/test.sh's time limit")
-    env: dict[str, str] = Field(default_factory=dict, description="variables for tests/test.sh (literal values)")
-    user: str | int | None = Field(default=None, description="tests/test.sh's OS user (unset: the image's USER)")
+    timeout_sec: float = Field(default=600.0, gt=0, description="the verifier's (test.sh's) time limit")
+    env: dict[str, str] = Field(default_factory=dict, description="variables for test.sh (literal values)")
+    user: str | int | None = Field(default=None, description="test.sh's OS user (unset: the image's USER)")
     environment_mode: Literal["shared", "separate"] | None = Field(
         default=None, description="shared: the verifier runs in the agent's container (veri's only mode)"
     )

@@ -13,7 +13,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     check = kinds.add_parser("check", help="one line per task: ok, or what veri refuses and the fix; notes name"
                                            " what veri ignores and the test.sh lines it cannot serve offline")
     check.add_argument("paths", nargs="+", type=Path, metavar="PATH",
-                       help="a task folder (task.toml, instruction.md, tests/test.sh) or a folder of them")
+                       help="a task folder (task.toml, instruction.md, the verifier's test.sh) or a folder of them")
     check.set_defaults(func=_check)
 
 
