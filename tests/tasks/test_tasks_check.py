@@ -1,4 +1,4 @@
-"""`veri tasks check PATH...`: one line per task (ok, or its problems with their fixes), notes for what veri
+"""`veri tasks check PATH...`: one line per task (ok, or its problems with their fixes), warnings for what veri
 ignores and for the test.sh lines the offline verifier cannot serve, exit 1 on any problem."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ def test_runnable_tasks_are_ok_and_exit_zero(capsys: pytest.CaptureFixture[str])
         f"{FIXTURES / 'veri/reward-txt'}: ok",
         "6 tasks: 6 ok, 0 with problems",
     ]
-    # Alpine's apk cannot be served offline: named before any rollout, as a note
-    assert any(line.startswith("  note: hello-alpine: tests/test.sh line 4: `apk add`") for line in out)
+    # Alpine's apk cannot be served offline: named before any rollout, as a warning
+    assert any(line.startswith("  warning: hello-alpine: tests/test.sh line 4: `apk add`") for line in out)
 
 
 def test_every_problem_of_every_task_is_printed_and_the_exit_is_one(capsys: pytest.CaptureFixture[str]):
@@ -33,7 +33,7 @@ def test_every_problem_of_every_task_is_printed_and_the_exit_is_one(capsys: pyte
     assert "  problem: multi-step: steps: is a multi-step task" in out
     assert f"{FIXTURES / 'veri/refused'}: 7 problems\n" in out
     assert "    fix: set gpus = 0\n" in out
-    assert "  note: skills: environment.skills_dir is ignored" in out
+    assert "  warning: skills: environment.skills_dir is ignored" in out
     assert out.endswith("10 tasks: 6 ok, 4 with problems\n")
 
 

@@ -1,5 +1,5 @@
 """`veri tasks check PATH...`: every task under each path read and checked, one line per task (`ok`, or its
-problems with their fixes), the notes (ignored keys, test.sh lines the offline verifier cannot serve) under
+problems with their fixes), warnings (ignored keys, test.sh lines the offline verifier cannot serve) under
 it; exit 1 when any task has a problem. The same checks `veri validate` runs on a job's `dataset: {harbor:}`."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def check_paths(paths: Iterable[Path], out: TextIO | None = None) -> int:
                 print(f"{folder}: ok", file=out)
                 ok += 1
             for note in notes:
-                print(f"  note: {note}", file=out)
+                print(f"  warning: {note}", file=out)
     print(f"{ok + bad} task{'s' if ok + bad != 1 else ''}: {ok} ok, {bad} with problems", file=out)
     return 1 if bad else 0
 
