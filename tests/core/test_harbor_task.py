@@ -127,6 +127,10 @@ def test_a_toml_that_is_not_harbors_or_not_toml_is_refused(tmp_path: Path):
         load_task(_task(tmp_path, "[environment\n"))
     with pytest.raises(ProblemsError, match="has no task.toml"):
         load_task(tmp_path / "nowhere")
+    folder = _task(tmp_path, "")
+    (folder / "instruction.md").write_bytes(b"caf\xe9\n")
+    with pytest.raises(ProblemsError, match="instruction.md: is not UTF-8"):
+        load_task(folder)
 
 
 def test_a_folder_without_instruction_or_test_or_image_is_refused(tmp_path: Path):

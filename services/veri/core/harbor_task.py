@@ -307,7 +307,11 @@ def load_task(folder: Path) -> HarborTask:
     except ValidationError as error:
         raise ProblemsError(str(folder), [_schema_problem(label, item) for item in error.errors()]) from error
     instruction = folder / INSTRUCTION_FILE
-    text = strip_canary(instruction.read_text(encoding="utf-8")) if instruction.is_file() else ""
+    try:
+        text = strip_canary(instruction.read_text(encoding="utf-8")) if instruction.is_file() else ""
+    except UnicodeDecodeError as error:
+        raise ProblemsError(str(folder), [Problem(f"{label}: {INSTRUCTION_FILE}", f"is not UTF-8 text ({error})",
+                                                  "save it as UTF-8")]) from error
     return HarborTask(folder=folder, name=config.task.name if config.task else label, config=config,
                       instruction=text)
 
