@@ -168,7 +168,7 @@ RULES: dict[Rule, RuleSpec] = {
     # anything is never a 0: a 0 is only what tests that ran wrote.
     Rule.VERIFIER_NO_REWARD: RuleSpec(
         Effect.REJECT,
-        "the task's tests/test.sh ended without writing /logs/verifier/reward.txt or reward.json: the tests"
+        "the task's test.sh ended without writing /logs/verifier/reward.txt or reward.json: the tests"
         " gave no reward, so the rollout is not scored (never a 0)",
         "fix the task: test.sh must write a number to /logs/verifier/reward.txt (or a JSON object of numbers to"
         " reward.json) on every path, failing tests included (e.g. `if pytest ...; then echo 1; else echo 0; fi"
@@ -176,7 +176,7 @@ RULES: dict[Rule, RuleSpec] = {
     ),
     Rule.VERIFIER_TIMEOUT: RuleSpec(
         Effect.REJECT,
-        "the task's tests/test.sh ran past [verifier] timeout_sec and was killed: no reward",
+        "the task's test.sh ran past [verifier] timeout_sec and was killed: no reward",
         "raise the task's [verifier] timeout_sec, or make its tests faster; a slow box (many parallel"
         " rollouts) slows the tests too",
     ),

@@ -209,8 +209,8 @@ async def _agent_turn(backend: DockerBackend, container: Any, task: TaskEnvironm
     nonce = secrets.token_hex(16)
     timeout_s = task_sandbox.agent_timeout(task, launch.timeout_s)
     stdin = await backend._call(_solution_tar, Path(task.solution_dir or "")) if task.agent == "oracle" else b""
-    env = task_sandbox.agent_env(task, contract, image.path, image.workdir)
-    command = task_sandbox.agent_command(task, nonce)
+    env = task_sandbox.agent_env(task, contract, image.path)
+    command = task_sandbox.agent_command(task, nonce, image.workdir)
     agent = await backend._docker(PrivilegedExec, backend.client, container.id, command, env=env, stdin=stdin)
     marker = f"==veri:{nonce}:".encode()
     deadline = time.monotonic() + timeout_s  # the agent's time starts with its exec

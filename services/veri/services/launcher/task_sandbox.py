@@ -30,10 +30,10 @@ SOLUTION_MOUNT = "/solution"
 EMPTY_READ_ONLY = "tmpfs-size=4096"
 
 # The exec's first process (root, every capability, the container's first PID namespace). $1 the inner
-# script, $2 nonce, $3 agent user ("": root), $4 kind; then the command. It prints its pid (the one to kill
+# script, $2 nonce, $3 agent user ("": root), $4 kind, $5 workdir; then the command. It prints its pid (the one to kill
 # on timeout), prepares /logs/agent and /solution, and becomes the agent's namespace.
 OUTER = r"""
-inner=$1 N=$2 AUSER=$3 KIND=$4; shift 4
+inner=$1 N=$2 AUSER=$3 KIND=$4 WORKDIR=$5; shift 5
 echo "==veri:$N:pid== $$"
 mkdir -p /logs/agent && touch /logs/agent/stdout /logs/agent/stderr || { echo "==veri:$N:error== /logs/agent"; exit 0; }
 if [ "$KIND" = oracle ]; then
@@ -50,14 +50,14 @@ if [ -n "$AUSER" ] && [ "$AUSER" != root ] && [ "$AUSER" != 0 ]; then
 fi
 # shellcheck disable=SC2086
 exec unshare --pid --fork --kill-child=KILL --mount --mount-proc --propagation private \
-  setpriv --bounding-set=-all --inh-caps=-all --no-new-privs $ids sh -c "$inner" veri-agent "$N" "$KIND" "$@"
+  setpriv --bounding-set=-all --inh-caps=-all --no-new-privs $ids sh -c "$inner" veri-agent "$N" "$KIND" "$WORKDIR" "$@"
 """
 
-# PID 1 of the agent's namespace: no capabilities, the agent's user. $1 nonce, $2 kind; then the command.
+# PID 1 of the agent's namespace: no capabilities, the agent's user. $1 nonce, $2 kind, $3 workdir; then
+# the command.
 INNER = r"""
-N=$1 KIND=$2; shift 2
-cd "$VERI_TASK_WORKDIR" 2>/dev/null || cd /
-unset VERI_TASK_WORKDIR
+N=$1 KIND=$2; cd "$3" 2>/dev/null || cd /
+shift 3
 if [ "$KIND" = nop ]; then status=0
 else "$@" </dev/null >>/logs/agent/stdout 2>>/logs/agent/stderr; status=$?
 fi
@@ -66,16 +66,17 @@ exec sleep infinity
 """
 
 
-def agent_command(task: TaskEnvironment, nonce: str) -> list[str]:
+def agent_command(task: TaskEnvironment, nonce: str, workdir: str) -> list[str]:
     """The agent exec's command (privileged, root; the oracle's solution tar on its stdin)."""
     run = {"harness": list(task.harness_command), "oracle": ["bash", f"{SOLUTION_MOUNT}/solve.sh"], "nop": []}
-    return ["sh", "-c", OUTER, "veri-agent-init", INNER, nonce, task.agent_user or "", task.agent, *run[task.agent]]
+    return ["sh", "-c", OUTER, "veri-agent-init", INNER, nonce, task.agent_user or "", task.agent, workdir,
+            *run[task.agent]]
 
 
-def agent_env(task: TaskEnvironment, contract: dict[str, str], image_path: str | None, workdir: str) -> dict[str, str]:
+def agent_env(task: TaskEnvironment, contract: dict[str, str], image_path: str | None) -> dict[str, str]:
     """The agent exec's variables (beside the container's: the image's and the task's [environment.env]):
     the harness contract, PATH with veri's runtime last, and the oracle's [solution] env."""
-    env = {**contract, "VERI_TASK_WORKDIR": workdir}
+    env = dict(contract)
     path = task.env.get("PATH") or image_path
     if task.runtime_tree and path:
         env["PATH"] = f"{path}:{RUNTIME_MOUNT}/bin"

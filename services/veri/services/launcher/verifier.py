@@ -160,7 +160,7 @@ def result(stdout: str, stderr: str, nonce: str, timeout_s: float, duration_s: f
     exit_code = int(exit_text) if exit_text.isdigit() else None
     if exit_code in TIMEOUT_EXITS:
         return base.model_copy(update={"error": VerifierError.TIMEOUT, "exit_code": exit_code, "message": (
-            f"tests/test.sh ran past the task's [verifier] timeout_sec ({timeout_s:g} s) and was killed")})
+            f"the task's test.sh ran past the task's [verifier] timeout_sec ({timeout_s:g} s) and was killed")})
     error, message, rewards, ignored = read_rewards(sections.decoded("reward.txt"), sections.decoded("reward.json"))
     return VerifierResult.model_validate({**base.model_dump(), "error": error, "message": message,
                                           "exit_code": exit_code, "rewards": rewards, "reward": rewards.get("reward"),
@@ -170,7 +170,7 @@ def result(stdout: str, stderr: str, nonce: str, timeout_s: float, duration_s: f
 def read_rewards(txt: bytes | None, js: bytes | None) -> tuple[VerifierError, str, dict[str, float], list[str]]:
     """(error, message, rewards, ignored keys) from the two reward files' bytes (None: absent)."""
     if txt is None and js is None:
-        return (VerifierError.NO_REWARD, "tests/test.sh wrote neither /logs/verifier/reward.txt nor "
+        return (VerifierError.NO_REWARD, "the task's test.sh wrote neither /logs/verifier/reward.txt nor "
                 "/logs/verifier/reward.json: the task's test.sh must write one on every path (0 when the tests "
                 "fail)", {}, [])
     rewards: dict[str, float] = {}
