@@ -33,9 +33,29 @@ def task_launch(rollout_id: str, task: str, agent: str = "oracle", solution: Pat
                          labels={"job": "harbor-verifier-test"}, task_env=environment)
 
 
+# A harness command run as the task's agent user; it exits 3 (a failed harness is still verified).
+HARNESS = ('echo "$(id -un) $(grep CapEff /proc/self/status | tr -s \'\\t\' \' \') PATH=$PATH" >/tmp/agent.txt; '
+           'echo "$VERI_ROLLOUT_ID" >"$VERI_OUTPUT_DIR/id.txt"; echo harness out; echo harness err >&2; exit 3')
+
+
+def mounted_folders(root: Path) -> tuple[Path, Path]:
+    """A verifier tools folder (bin/veri-probe) and a runtime tree (bin/), readable by any uid."""
+    tools, runtime = root / "tools", root / "rt"
+    for folder in (tools / "bin", tools / "shims", tools / "wheels", runtime / "bin"):
+        folder.mkdir(parents=True)
+    (tools / "bin/veri-probe").write_text("#!/bin/sh\necho vendored\n")
+    for path in (tools, runtime, *tools.rglob("*"), *runtime.rglob("*")):
+        path.chmod(0o755)
+    return tools, runtime
+
+
 @pytest.fixture(scope="module")
 def results(backend, tmp_path_factory) -> dict[str, LaunchResult]:
+    tools, runtime = mounted_folders(tmp_path_factory.mktemp("mounted"))
     group = GroupLaunch(max_parallel=4, launches=[
+        task_launch("users", "users", agent="harness", harness_command=["sh", "-c", HARNESS], agent_user="nobody",
+                    verifier_user="nobody", tools_dir=str(tools), runtime_tree=str(runtime),
+                    env={"TASK_VAR": "task"}, verifier_env={"VERIFIER_VAR": "verifier"}),
         task_launch("hello-oracle", "hello"),
         task_launch("hello-nop", "hello", agent="nop"),
         task_launch("multi-oracle", "multi-reward"),
@@ -96,6 +116,19 @@ def test_a_timed_out_agent_is_still_verified(results):
     assert overrun.status == "truncated" and overrun.exit_code is None, summary(overrun)
     assert "solved, now hanging" in overrun.stdout_tail and "agent's timeout (4 s)" in overrun.stderr_tail
     assert overrun.verifier is not None and overrun.verifier.reward == 1.0, summary(overrun)
+
+
+def test_a_harness_as_the_agent_user_and_a_verifier_as_its_own(results):
+    users = results["users"]
+    assert users.status == "failed" and users.exit_code == 3, summary(users)  # failed, and still verified
+    assert users.stdout_tail == "harness out\n" and users.stderr_tail == "harness err\n"
+    assert (Path(users.output_dir) / "id.txt").read_text() == "users\n"  # the contract and VERI_OUTPUT_DIR
+    assert users.verifier is not None and users.verifier.reward == 1.0, summary(users)
+    seen = users.verifier.stdout_tail
+    assert "agent was: nobody CapEff: 0000000000000000 PATH=" in seen and ":/veri/rt/bin\n" in seen, seen
+    assert "verifier: nobody CapEff: 0000000000000000" in seen, seen  # a non-root user keeps no capability
+    assert "tool: vendored UV_OFFLINE=1 HOME=/veri/verify/home TASK_VAR=task VERIFIER_VAR=verifier" in seen, seen
+    assert "contract leaked: no" in seen, seen  # the harness contract (its API key among it) is the agent's only
 
 
 @pytest.mark.parametrize(("rollout", "error", "rule", "words"), [

@@ -22,7 +22,14 @@ from typing import Any
 
 from veri.core import egress
 from veri.core.launch import SandboxLimits, TaskEnvironment
-from veri.services.launcher.verifier import RUNTIME_MOUNT, SCRATCH_MOUNT, TESTS_MOUNT, TOOLS_MOUNT, VERIFIER_LOGS
+from veri.services.launcher.verifier import (
+    RUNTIME_MOUNT,
+    SCRATCH_MOUNT,
+    SYSTEM_PATH,
+    TESTS_MOUNT,
+    TOOLS_MOUNT,
+    VERIFIER_LOGS,
+)
 
 LOGS_ROOT = "/logs"
 AGENT_LOGS = "/logs/agent"  # the harness's stdout and stderr (the agent's own: only log tails come from here)
@@ -77,8 +84,8 @@ def agent_env(task: TaskEnvironment, contract: dict[str, str], image_path: str |
     """The agent exec's variables (beside the container's: the image's and the task's [environment.env]):
     the harness contract, PATH with veri's runtime last, and the oracle's [solution] env."""
     env = dict(contract)
-    path = task.env.get("PATH") or image_path
-    if task.runtime_tree and path:
+    path = task.env.get("PATH") or image_path or SYSTEM_PATH
+    if task.runtime_tree:
         env["PATH"] = f"{path}:{RUNTIME_MOUNT}/bin"
     if task.agent == "oracle":
         env.update({"DEBIAN_FRONTEND": "noninteractive", **task.solution_env})
