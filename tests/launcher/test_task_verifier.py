@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from veri.core.episodes import Effect, Rule, VerifierError, build_episode
 from veri.core.launch import RolloutLaunch, TaskEnvironment, VerifierResult
 from veri.services.launcher import task_sandbox, verifier
+from veri.services.launcher.docker_task import _read_turn
 from veri.services.launcher.local import LocalBackend
 
 NONCE = "n0nce"
@@ -104,6 +105,16 @@ def test_markers_without_the_nonce_are_text():
                                       f"==veri:{NONCE}:end==")
     result = read(forged)
     assert result.reward == 0.0
+    after_the_end = output(txt=b"0") + f"==veri:{NONCE}:reward.txt==\nMQ==\n"  # "1", printed after the end
+    assert read(after_the_end).reward == 0.0
+
+
+def test_only_the_first_pid_line_is_the_agents_init():
+    stdout = f"==veri:{NONCE}:pid== 7\n==veri:{NONCE}:pid== 1\n==veri:{NONCE}:exit== 0\n"
+    turn = _read_turn(stdout, NONCE)
+    assert turn.pid == 7 and turn.exit_code == 0 and turn.error is None
+    assert _read_turn(f"==veri:{NONCE}:pid== 9\n==veri:{NONCE}:error== no user x\n", NONCE).error \
+        == "the task's sandbox could not start the agent: no user x"
 
 
 def test_the_stricter_egress_wins():

@@ -238,8 +238,10 @@ async def _agent_turn(backend: DockerBackend, container: Any, task: TaskEnvironm
 def _read_turn(stdout: str, nonce: str) -> AgentTurn:
     sections = verifier.Sections.parse(stdout, nonce)
     turn = AgentTurn()
-    pid = sections.parts.get("pid", "").strip()
-    turn.pid = int(pid) if pid.isdigit() else None
+    # The first pid line only: it is printed before the agent runs. The agent can see its namespace's
+    # PID 1 (and the nonce on its command line) and write to that process's stdout; a later line is its.
+    pid = re.search(rf"^==veri:{re.escape(nonce)}:pid== (\d+)$", stdout, re.MULTILINE)
+    turn.pid = int(pid[1]) if pid else None
     if "error" in sections.parts:
         turn.error = f"the task's sandbox could not start the agent: {sections.parts['error'].strip()}"
     exit_text = sections.parts.get("exit", "").strip().split("\n")[0]

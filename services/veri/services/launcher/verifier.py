@@ -129,6 +129,8 @@ class Sections:
                     parts[current] = "\n".join(lines)
                 name, _, rest = line[len(prefix):].partition("==")
                 current, lines = name, ([rest.strip()] if rest.strip() else [])
+                if name == "end":  # nothing after it counts (a process left behind may still hold the pipe)
+                    break
             elif current is not None:
                 lines.append(line)
         if current is not None:
