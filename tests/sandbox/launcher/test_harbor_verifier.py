@@ -64,6 +64,7 @@ def results(backend, tmp_path_factory) -> dict[str, LaunchResult]:
         task_launch("slow", "verifier-slow", agent="nop", verifier_timeout_s=2),
         task_launch("silent", "verifier-silent", agent="nop"),
         task_launch("nan", "verifier-nan", agent="nop"),
+        task_launch("ghost", "hello", agent="nop", agent_user="ghost"),
     ])
     out = tmp_path_factory.mktemp("harbor-out")
     return {r.rollout_id: r for r in asyncio.run(run_group(backend, group, out))}
@@ -129,6 +130,13 @@ def test_a_harness_as_the_agent_user_and_a_verifier_as_its_own(results):
     assert "verifier: nobody CapEff: 0000000000000000" in seen, seen  # a non-root user keeps no capability
     assert "tool: vendored UV_OFFLINE=1 HOME=/veri/verify/home TASK_VAR=task VERIFIER_VAR=verifier" in seen, seen
     assert "contract leaked: no" in seen, seen  # the harness contract (its API key among it) is the agent's only
+
+
+def test_an_agent_user_the_image_lacks_is_the_tasks_fault(results):
+    ghost = results["ghost"]
+    assert ghost.status == "failed" and ghost.verifier is None, summary(ghost)
+    assert ghost.infrastructure_error == ("the task's sandbox could not start the agent: the agent user ghost is "
+                                          "not in the image"), summary(ghost)
 
 
 @pytest.mark.parametrize(("rollout", "error", "rule", "words"), [

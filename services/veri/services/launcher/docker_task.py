@@ -219,7 +219,11 @@ async def _agent_turn(backend: DockerBackend, container: Any, task: TaskEnvironm
     try:
         done, _ = await asyncio.wait({reading, guard}, return_when=asyncio.FIRST_COMPLETED)
         turn = _read_turn(agent.output.stdout.decode(errors="replace"), nonce)
-        if turn.exit_code is None and turn.error is None:  # past its timeout, or the output guard fired
+        if turn.exit_code is None and turn.error is None and agent.output.ended:
+            said = agent.output.stderr.decode(errors="replace").strip()[-500:] or "nothing on stderr"
+            turn.error = (f"the agent's exec ended before the agent did ({said}): the task image needs sh, unshare "
+                          "and setpriv (util-linux; busybox has no setpriv)")
+        elif turn.exit_code is None and turn.error is None:  # past its timeout, or the output guard fired
             if turn.pid is not None:  # the exec's first process: --kill-child takes the namespace with it
                 await backend._docker(_run_plain, backend.client, container.id, task_sandbox.kill_command(turn.pid))
             await reading  # the exec ends with its processes
