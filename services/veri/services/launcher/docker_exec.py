@@ -5,6 +5,7 @@ while the exec goes on (the caller then kills it)."""
 
 from __future__ import annotations
 
+import re
 import select
 import socket
 import struct
@@ -45,10 +46,10 @@ class PrivilegedExec:
         except OSError:  # it exited before reading all of it: its output says why
             pass
 
-    def read(self, deadline: float, until: bytes | None = None) -> ExecOutput:
-        """Reads until the exec ends, `until` appears on its stdout, or time.monotonic() passes `deadline`."""
+    def read(self, deadline: float, until: re.Pattern[bytes] | None = None) -> ExecOutput:
+        """Reads until the exec ends, `until` matches its stdout, or time.monotonic() passes `deadline`."""
         while not self.output.ended:
-            if until is not None and until in self.output.stdout:
+            if until is not None and until.search(self.output.stdout):
                 break
             left = deadline - time.monotonic()
             if left <= 0:

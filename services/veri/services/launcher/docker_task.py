@@ -212,9 +212,10 @@ async def _agent_turn(backend: DockerBackend, container: Any, task: TaskEnvironm
     env = task_sandbox.agent_env(task, contract, image.path)
     command = task_sandbox.agent_command(task, nonce, image.workdir)
     agent = await backend._docker(PrivilegedExec, backend.client, container.id, command, env=env, stdin=stdin)
-    marker = f"==veri:{nonce}:".encode()
+    # the whole exit line (a frame may end inside it), or the error line of a sandbox that could not start it
+    ended = re.compile(rf"^==veri:{nonce}:(exit== [0-9]+|error== .*)\n".encode(), re.MULTILINE)
     deadline = time.monotonic() + timeout_s  # the agent's time starts with its exec
-    reading = asyncio.ensure_future(backend._call(agent.read, deadline, marker + b"exit=="))
+    reading = asyncio.ensure_future(backend._call(agent.read, deadline, ended))
     guard = asyncio.ensure_future(backend._guard(output_dir, output_dir, limits))
     try:
         done, _ = await asyncio.wait({reading, guard}, return_when=asyncio.FIRST_COMPLETED)
