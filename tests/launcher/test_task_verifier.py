@@ -140,6 +140,7 @@ def test_the_task_environment_contract():
     with pytest.raises(ValidationError, match="URL"):
         TaskEnvironment(image="i", tests_dir="/t", agent="nop", network_mode="allowlist",
                         allowed_hosts=["https://a.com/x"])
+    assert TaskEnvironment(image="i", tests_dir="/t", agent="nop", agent_user=65534).agent_user == "65534"
     task = TaskEnvironment(image="i", tests_dir="/t", agent="nop", agent_timeout_s=30, memory_mb=512)
     assert task_sandbox.agent_timeout(task, 600) == 30 and task_sandbox.agent_timeout(task, 10) == 10
     assert task_sandbox.resources(task, RolloutLaunch.model_fields["limits"].get_default(call_default_factory=True)) \

@@ -31,6 +31,21 @@ class SandboxLimits(BaseModel):
     log_tail_bytes: int = Field(default=64 * 1024, ge=1024, description="kept tail of stdout and of stderr")
 
 
+class TaskHealthcheck(BaseModel):
+    """[environment.healthcheck]: run in the sandbox (root, no capabilities) before the agent's turn, as
+    Docker's HEALTHCHECK counts: failures in the start period do not count; `retries` in a row after it
+    fail the rollout (the task's fault, named)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: str = Field(min_length=1, description="a shell command (sh -c); exit 0 = ready")
+    interval_s: float = Field(default=5.0, gt=0)
+    timeout_s: float = Field(default=30.0, gt=0)
+    start_period_s: float = Field(default=0.0, ge=0)
+    start_interval_s: float = Field(default=5.0, gt=0)
+    retries: int = Field(default=3, ge=1)
+
+
 class TaskEnvironment(BaseModel):
     """A Harbor task's own environment: the rollout runs in the task's image and its hidden tests are run
     after the agent by a verifier the agent cannot reach (docs/security.md, "Harbor tasks"). Built by the
@@ -47,7 +62,8 @@ class TaskEnvironment(BaseModel):
                                        description="the harness's command inside the sandbox (agent=harness)")
     solution_dir: str | None = Field(default=None, description="host folder copied to /solution (agent=oracle)")
     solution_env: dict[str, str] = Field(default_factory=dict, description="[solution] env (agent=oracle)")
-    agent_user: str | None = Field(default=None, description="[agent] user (None: root)")
+    agent_user: str | None = Field(default=None, description="[agent] user, a name or uid (None: the image's USER, "
+                                   "else root)")
     agent_timeout_s: float | None = Field(default=None, gt=0,
                                           description="[agent] timeout_sec; the launch's timeout_s caps it")
     cpus: float | None = Field(default=None, gt=0, description="None: the launch's SandboxLimits")
@@ -57,11 +73,17 @@ class TaskEnvironment(BaseModel):
     allowed_hosts: list[str] = Field(default_factory=list,
                                      description="network_mode = allowlist: host[:port], *.domain")
     tests_dir: str = Field(description="host folder of the task's tests/ (test.sh): piped to the verifier only")
-    verifier_user: str | None = Field(default=None, description="[verifier] user (None: root)")
+    verifier_user: str | None = Field(default=None, description="[verifier] user (None: the image's USER, else root)")
     verifier_env: dict[str, str] = Field(default_factory=dict, description="[verifier] env, literal values")
     verifier_timeout_s: float = Field(default=600.0, gt=0, description="[verifier] timeout_sec")
+    healthcheck: TaskHealthcheck | None = None
     runtime_tree: str | None = Field(default=None, description="host folder mounted read-only at /veri/rt")
     tools_dir: str | None = Field(default=None, description="host folder of the verifier tools, at /veri/tools")
+
+    @field_validator("agent_user", "verifier_user", mode="before")
+    @classmethod
+    def _user(cls, user: object) -> object:
+        return str(user) if isinstance(user, int) and not isinstance(user, bool) else user
 
     @field_validator("allowed_hosts")
     @classmethod

@@ -14,7 +14,7 @@ import pytest
 
 from tests.sandbox.conftest import ROOT
 from veri.core.episodes import Rule, VerifierError, build_episode
-from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch, TaskEnvironment
+from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch, TaskEnvironment, TaskHealthcheck
 from veri.services.launcher.group import run_group
 
 TASKS = ROOT / "tests/fixtures/harbor/verifier"
@@ -65,6 +65,11 @@ def results(backend, tmp_path_factory) -> dict[str, LaunchResult]:
         task_launch("silent", "verifier-silent", agent="nop"),
         task_launch("nan", "verifier-nan", agent="nop"),
         task_launch("ghost", "hello", agent="nop", agent_user="ghost"),
+        task_launch("healthy", "hello", agent="nop", healthcheck=TaskHealthcheck(  # fails once, in its start period
+            command="test -e /tmp/ready || { touch /tmp/ready; exit 1; }", start_period_s=30, start_interval_s=0.2,
+            retries=1)),
+        task_launch("unhealthy", "hello", agent="nop", healthcheck=TaskHealthcheck(
+            command="echo not yet; exit 1", interval_s=0.2, retries=2)),
     ])
     out = tmp_path_factory.mktemp("harbor-out")
     return {r.rollout_id: r for r in asyncio.run(run_group(backend, group, out))}
@@ -137,6 +142,15 @@ def test_an_agent_user_the_image_lacks_is_the_tasks_fault(results):
     assert ghost.status == "failed" and ghost.verifier is None, summary(ghost)
     assert ghost.infrastructure_error == ("the task's sandbox could not start the agent: the agent user ghost is "
                                           "not in the image"), summary(ghost)
+
+
+def test_the_healthcheck_runs_before_the_agent(results):
+    healthy, unhealthy = results["healthy"], results["unhealthy"]
+    assert healthy.status == "completed" and healthy.verifier is not None, summary(healthy)
+    assert healthy.verifier.reward == 0.0
+    assert unhealthy.status == "failed" and unhealthy.verifier is None, summary(unhealthy)
+    assert unhealthy.infrastructure_error.startswith("the task's healthcheck did not pass (2 tries after its start "
+                                                     "period; the last: exit 1: not yet)"), summary(unhealthy)
 
 
 @pytest.mark.parametrize(("rollout", "error", "rule", "words"), [

@@ -27,13 +27,14 @@ class ExecOutput:
 
 class PrivilegedExec:
     """One exec as root with every capability (runsc gives a privileged exec the full set, even in a
-    cap_drop=ALL, no-new-privileges container). Its stdin gets `stdin` and is then closed."""
+    cap_drop=ALL, no-new-privileges container; privileged=False: the container's, none). Its stdin gets
+    `stdin` and is then closed."""
 
     def __init__(self, client: Any, container_id: str, command: list[str], *, env: dict[str, str],
-                 stdin: bytes = b"") -> None:
+                 stdin: bytes = b"", privileged: bool = True, workdir: str | None = None) -> None:
         self.client = client
         created = client.api.exec_create(container_id, command, stdin=True, stdout=True, stderr=True,
-                                         privileged=True, user="0", environment=env)
+                                         privileged=privileged, user="0", environment=env, workdir=workdir)
         self.exec_id = created["Id"]
         self._response = client.api.exec_start(self.exec_id, socket=True)
         self._socket: socket.socket = getattr(self._response, "_sock", self._response)
@@ -68,9 +69,14 @@ class PrivilegedExec:
             self._frames()
         return self.output
 
-    def exit_code(self) -> int | None:
-        answer = self.client.api.exec_inspect(self.exec_id)
-        return None if answer.get("Running") else answer.get("ExitCode")
+    def exit_code(self, wait_s: float = 2.0) -> int | None:
+        """The exit status (None while it runs: docker may take a moment after the stream closed)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            answer = self.client.api.exec_inspect(self.exec_id)
+            if not answer.get("Running") or time.monotonic() > deadline:
+                return None if answer.get("Running") else answer.get("ExitCode")
+            time.sleep(0.05)
 
     def close(self) -> None:
         try:

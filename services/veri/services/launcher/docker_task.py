@@ -3,10 +3,12 @@ then the verifier (verifier.py), then the sandbox removed. `DockerBackend._run` 
 `task_env` here; everything docker-specific it shares (retries while dockerd is away, removal,
 cancellation, egress, pinned hosts) is the backend's own.
 
-Order: create and start the sandbox; the agent's exec (its exit line, or the timeout: then its whole
+Order: create and start the sandbox; the task's healthcheck, when it has one (a plain exec, no
+capabilities; failing it fails the rollout, the task's fault named); the agent's exec (its exit line, or the timeout: then its whole
 PID namespace is killed and the rollout is `truncated`, and still verified); the harness's log tails;
 every network taken off the sandbox (the verifier runs offline; what the agent left running loses its
-network too); the verifier's exec; the sandbox removed whatever happened.
+network too); the verifier's exec; the sandbox removed whatever happened. The agent's and the
+verifier's users are the task's, else the image's USER, else root.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from docker.types import LogConfig, Mount, Ulimit
 from veri.core import egress, envs
 from veri.core.episodes import RolloutStatus, VerifierError
 from veri.core.harness import OUTPUT_MOUNT
-from veri.core.launch import LaunchResult, RolloutLaunch, TaskEnvironment, VerifierResult
+from veri.core.launch import LaunchResult, RolloutLaunch, TaskEnvironment, TaskHealthcheck, VerifierResult
 from veri.services.launcher import task_sandbox, verifier
 from veri.services.launcher.docker_exec import PrivilegedExec
 from veri.services.launcher.errors import ImageProblem
@@ -49,6 +51,7 @@ TESTS_TAR_MAX = 256 << 20
 class TaskImage:
     workdir: str
     path: str | None  # the image's PATH
+    user: str | None  # the image's USER (its user part), the agent's and the verifier's when the task names none
 
 
 @dataclass
@@ -85,8 +88,14 @@ async def run_task(backend: DockerBackend, launch: RolloutLaunch, output_dir: Pa
     tails = ("", "")
     try:
         await backend._docker(container.start)
-        turn = await _agent_turn(backend, container, task, launch, image, contract, output_dir, limits)
-        tails = await backend._call(_agent_tails, backend.client, container.id, limits.log_tail_bytes)
+        unready = None
+        if task.healthcheck is not None:
+            unready = await backend._call(_wait_healthy, backend.client, container.id, task.healthcheck, image.workdir)
+        if unready:
+            turn.error = unready
+        else:
+            turn = await _agent_turn(backend, container, task, launch, image, contract, output_dir, limits)
+            tails = await backend._call(_agent_tails, backend.client, container.id, limits.log_tail_bytes)
         if turn.error is None:
             verified = await backend._call(_verify, backend, container, task, image, tests)
     finally:
@@ -124,7 +133,8 @@ def _task_image(client: Any, task: TaskEnvironment) -> TaskImage:
         raise ImageProblem(f"the task's image {task.image!r} is not on this machine: build it with "
                            "`veri tasks build TASK_DIR` (or map its FROM with --image-map)") from None
     env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
-    return TaskImage(workdir=task.workdir or config.get("WorkingDir") or "/", path=env.get("PATH"))
+    user = (config.get("User") or "").split(":", 1)[0] or None
+    return TaskImage(workdir=task.workdir or config.get("WorkingDir") or "/", path=env.get("PATH"), user=user)
 
 
 def _bundle_egress(backend: DockerBackend, image: str, agent: str) -> egress.Egress:
@@ -210,7 +220,7 @@ async def _agent_turn(backend: DockerBackend, container: Any, task: TaskEnvironm
     timeout_s = task_sandbox.agent_timeout(task, launch.timeout_s)
     stdin = await backend._call(_solution_tar, Path(task.solution_dir or "")) if task.agent == "oracle" else b""
     env = task_sandbox.agent_env(task, contract, image.path)
-    command = task_sandbox.agent_command(task, nonce, image.workdir)
+    command = task_sandbox.agent_command(task, nonce, image.workdir, task.agent_user or image.user)
     agent = await backend._docker(PrivilegedExec, backend.client, container.id, command, env=env, stdin=stdin)
     # the whole exit line (a frame may end inside it), or the error line of a sandbox that could not start it
     ended = re.compile(rf"^==veri:{nonce}:(exit== [0-9]+|error== .*)\n".encode(), re.MULTILINE)
@@ -253,6 +263,33 @@ def _read_turn(stdout: str, nonce: str) -> AgentTurn:
     if exit_text.isdigit():
         turn.exit_code = int(exit_text)
     return turn
+
+
+def _wait_healthy(client: Any, container_id: str, check: TaskHealthcheck, workdir: str) -> str | None:
+    """Runs the task's healthcheck until it passes (None) or fails `retries` times in a row after its start
+    period (why, naming the task's fault). Root without capabilities, in the sandbox's first namespace:
+    only the task's ENTRYPOINT runs there yet."""
+    started = time.monotonic()
+    failures, last = 0, ""
+    while True:
+        runner = PrivilegedExec(client, container_id, ["sh", "-c", check.command], env={}, privileged=False,
+                                workdir=workdir)
+        try:
+            output = runner.read(time.monotonic() + check.timeout_s)
+            code = None if output.timed_out else runner.exit_code()
+        finally:
+            runner.close()
+        if code == 0:
+            return None
+        said = (output.stdout + output.stderr).decode(errors="replace").strip()[-300:]
+        last = f"timed out after {check.timeout_s:g} s" if code is None else f"exit {code}: {said or 'no output'}"
+        starting = time.monotonic() - started < check.start_period_s
+        if not starting:
+            failures += 1
+            if failures >= check.retries:
+                return (f"the task's healthcheck did not pass ({check.retries} tries after its start period; the "
+                        f"last: {last}): fix the task's [environment.healthcheck] or its image")
+        time.sleep(check.start_interval_s if starting else check.interval_s)
 
 
 def _run_plain(client: Any, container_id: str, command: list[str]) -> bytes:
@@ -298,7 +335,8 @@ def _verify(backend: DockerBackend, container: Any, task: TaskEnvironment, image
     setup_path = f"{verifier.RUNTIME_MOUNT}/bin:{verifier.SYSTEM_PATH}" if own_tools else verifier.SYSTEM_PATH
     env = {**verifier.tools_env(bool(task.tools_dir), bool(task.runtime_tree)), **task.verifier_env,
            "PATH": verifier.path_for_tests(image.path, task.env, task.verifier_env, bool(task.tools_dir))}
-    command = verifier.command(nonce, image.workdir, task.verifier_timeout_s, task.verifier_user, setup_path)
+    command = verifier.command(nonce, image.workdir, task.verifier_timeout_s, task.verifier_user or image.user,
+                               setup_path)
     runner = PrivilegedExec(backend.client, container.id, command, env=env, stdin=tests)
     try:
         output = runner.read(time.monotonic() + task.verifier_timeout_s + VERIFIER_GRACE_S)

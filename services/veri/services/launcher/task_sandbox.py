@@ -73,11 +73,11 @@ exec sleep infinity
 """
 
 
-def agent_command(task: TaskEnvironment, nonce: str, workdir: str) -> list[str]:
-    """The agent exec's command (privileged, root; the oracle's solution tar on its stdin)."""
+def agent_command(task: TaskEnvironment, nonce: str, workdir: str, user: str | None) -> list[str]:
+    """The agent exec's command (privileged, root; the oracle's solution tar on its stdin). `user`: the
+    agent's (None: root)."""
     run = {"harness": list(task.harness_command), "oracle": ["bash", f"{SOLUTION_MOUNT}/solve.sh"], "nop": []}
-    return ["sh", "-c", OUTER, "veri-agent-init", INNER, nonce, task.agent_user or "", task.agent, workdir,
-            *run[task.agent]]
+    return ["sh", "-c", OUTER, "veri-agent-init", INNER, nonce, user or "", task.agent, workdir, *run[task.agent]]
 
 
 def agent_env(task: TaskEnvironment, contract: dict[str, str], image_path: str | None) -> dict[str, str]:
