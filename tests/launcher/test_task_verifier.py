@@ -9,12 +9,14 @@ import asyncio
 import base64
 import io
 import tarfile
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from veri.core.episodes import Effect, Rule, VerifierError, build_episode
-from veri.core.launch import RolloutLaunch, TaskEnvironment, VerifierResult
+from veri.core.harbor_task import load_task
+from veri.core.launch import RolloutLaunch, TaskEnvironment, VerifierResult, task_environment
 from veri.services.launcher import task_sandbox, verifier
 from veri.services.launcher.docker_task import _read_turn
 from veri.services.launcher.local import LocalBackend
@@ -149,6 +151,18 @@ def test_the_task_environment_contract():
         task.image = "other"  # type: ignore[misc]
     with pytest.raises(ValidationError, match="no reward"):
         VerifierResult(error=VerifierError.TIMEOUT, reward=1.0)
+
+
+def test_a_loaded_task_as_the_launchs_environment():
+    tasks = Path(__file__).resolve().parents[1] / "fixtures/harbor/verifier"
+    hello = task_environment(load_task(tasks / "hello"), image="veri/task-hello:abc", agent="oracle")
+    assert hello.image == "veri/task-hello:abc" and hello.workdir == "/app" and hello.agent == "oracle"
+    assert hello.tests_dir == str(tasks / "hello/tests") and hello.solution_dir == str(tasks / "hello/solution")
+    assert hello.agent_timeout_s == 60 and hello.verifier_timeout_s == 60 and hello.network_mode == "public"
+    harness = task_environment(load_task(tasks / "verifier-slow"), image="i", harness_command=["python3", "main.py"],
+                               runtime_tree="/rt", tools_dir="/tools")
+    assert harness.solution_dir is None and harness.harness_command == ["python3", "main.py"]
+    assert harness.verifier_timeout_s == 2 and (harness.runtime_tree, harness.tools_dir) == ("/rt", "/tools")
 
 
 def test_verifier_verdicts_reject_the_rollout():

@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from veri.core import egress
 from veri.core.envs import HARNESS_CONTRACT
 from veri.core.episodes import RolloutStatus, VerifierError
+from veri.core.harbor_task import HarborTask
+from veri.core.harbor_task import NetworkMode as HarborNetwork
 from veri.core.ids import RolloutId
 
 NetworkMode = Literal["public", "no-network", "allowlist"]  # Harbor's [environment] network_mode
@@ -108,6 +110,40 @@ class TaskEnvironment(BaseModel):
         if self.network_mode == "allowlist":
             return list(self.allowed_hosts)
         return egress.EGRESS_OPEN
+
+
+def task_environment(task: HarborTask, *, image: str, agent: AgentKind = "harness",
+                     harness_command: list[str] | None = None, runtime_tree: str | None = None,
+                     tools_dir: str | None = None) -> TaskEnvironment:
+    """A loaded task (core/harbor_task.py `load_task`, already passed by `check_task`) as the launch's
+    `task_env`. `image`: the task's image as `veri tasks build` tagged it; `agent`: harness (the bundle's
+    `harness_command`, from its `runtime_tree`), oracle (the task's solution/solve.sh) or nop;
+    `tools_dir`: the vendored verifier tools. Paths as the launcher sees them."""
+    config, environment = task.config, task.config.environment
+    check = environment.healthcheck
+    modes: dict[HarborNetwork, NetworkMode] = {HarborNetwork.PUBLIC: "public", HarborNetwork.NO_NETWORK: "no-network",
+                                               HarborNetwork.ALLOWLIST: "allowlist"}
+    network = modes[environment.network_mode]
+    if network == "allowlist" and not environment.allowed_hosts:
+        network = "no-network"  # Harbor 1.3: an empty allowlist denies all
+    return TaskEnvironment(
+        image=image, workdir=environment.workdir, env=dict(environment.env), agent=agent,
+        harness_command=list(harness_command or []),
+        solution_dir=str(task.folder / "solution") if agent == "oracle" else None,
+        solution_env=dict(config.solution.env),
+        agent_user=None if config.agent.user is None else str(config.agent.user),
+        agent_timeout_s=config.agent.timeout_sec or None,
+        cpus=environment.cpus or None, memory_mb=environment.memory_mb or None,
+        storage_mb=environment.storage_mb or None,
+        network_mode=network, allowed_hosts=list(environment.allowed_hosts or []) if network == "allowlist" else [],
+        tests_dir=str(task.folder / "tests"),
+        verifier_user=None if config.verifier.user is None else str(config.verifier.user),
+        verifier_env=dict(config.verifier.env), verifier_timeout_s=config.verifier.timeout_sec,
+        healthcheck=None if check is None else TaskHealthcheck(
+            command=check.command, interval_s=check.interval_sec, timeout_s=check.timeout_sec,
+            start_period_s=check.start_period_sec, start_interval_s=check.start_interval_sec, retries=check.retries),
+        runtime_tree=runtime_tree, tools_dir=tools_dir,
+    )
 
 
 class RolloutLaunch(BaseModel):
