@@ -165,6 +165,22 @@ def test_a_loaded_task_as_the_launchs_environment():
     assert harness.verifier_timeout_s == 2 and (harness.runtime_tree, harness.tools_dir) == ("/rt", "/tools")
 
 
+def test_task_toml_fields_reach_the_launch(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/test.sh").write_text("echo 1 >/logs/verifier/reward.txt\n")
+    (tmp_path / "instruction.md").write_text("do it\n")
+    (tmp_path / "task.toml").write_text(
+        'schema_version = "1.3"\n[agent]\nuser = 1000\n[verifier]\nuser = "tester"\nenv = {A = "1"}\n'
+        '[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = []\ncpus = 2\nmemory_mb = 1024\n'
+        'env = {B = "2"}\n[environment.healthcheck]\ncommand = "true"\nretries = 5\n')
+    task = task_environment(load_task(tmp_path), image="i", agent="nop")
+    assert task.network_mode == "no-network" and task.egress() == "none"  # an empty allowlist denies all
+    assert (task.agent_user, task.verifier_user, task.verifier_env, task.env) == ("1000", "tester", {"A": "1"},
+                                                                                  {"B": "2"})
+    assert (task.cpus, task.memory_mb) == (2, 1024) and task.healthcheck is not None
+    assert task.healthcheck.command == "true" and task.healthcheck.retries == 5
+
+
 def test_verifier_verdicts_reject_the_rollout():
     for error, rule in ((VerifierError.NO_REWARD, Rule.VERIFIER_NO_REWARD),
                         (VerifierError.TIMEOUT, Rule.VERIFIER_TIMEOUT), (VerifierError.ERROR, Rule.VERIFIER_ERROR)):
