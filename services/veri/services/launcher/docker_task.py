@@ -4,8 +4,9 @@ then the verifier (verifier.py), then the sandbox removed. `DockerBackend._run` 
 cancellation, egress, pinned hosts) is the backend's own.
 
 Order: create and start the sandbox; the task's healthcheck, when it has one (a plain exec, no
-capabilities; failing it fails the rollout, the task's fault named); the agent's exec (its exit line, or the timeout: then its whole
-PID namespace is killed and the rollout is `truncated`, and still verified); the harness's log tails;
+capabilities; failing it fails the rollout, the task's fault named); the agent's exec (its exit line,
+or the timeout: then its whole PID namespace is killed and the rollout is `truncated`, and still
+verified); the harness's log tails;
 every network taken off the sandbox (the verifier runs offline; what the agent left running loses its
 network too); the verifier's exec; the sandbox removed whatever happened. The agent's and the
 verifier's users are the task's, else the image's USER, else root.
