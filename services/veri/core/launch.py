@@ -158,7 +158,8 @@ class RolloutLaunch(BaseModel):
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
     labels: dict[str, str] = Field(default_factory=dict, description="e.g. job, task_index, rollout_index")
     task_env: TaskEnvironment | None = Field(
-        default=None, description="a Harbor task: run in its image, then verified by its tests (docker backend)")
+        default=None, description="a Harbor task: run in its image, then verified by its tests (docker backend); "
+        "`image` is then the bundle's (its egress label applies), for oracle / nop any image (the task's)")
 
     @field_validator("env")
     @classmethod
