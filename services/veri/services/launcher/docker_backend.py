@@ -46,6 +46,7 @@ import socket
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,7 @@ from veri.core.harness import BUNDLE_MOUNT, HARNESS_UID, OUTPUT_MOUNT
 from veri.core.launch import LaunchResult, RolloutLaunch, SandboxLimits
 from veri.services.launcher.docker_egress import DockerEgress
 from veri.services.launcher.docker_hosts import PinnedHosts
+from veri.services.launcher.docker_task import run_task
 from veri.services.launcher.errors import DockerdAway, EgressProblem, ImageProblem, SandboxUnavailable
 from veri.services.launcher.outputs import enforce_output_cap, hand_back, prepare_output
 from veri.services.launcher.tails import Tail
@@ -250,12 +252,15 @@ class DockerBackend:
             except DockerdAway:
                 self._unremoved.append(stranded)
                 raise
+        if launch.task_env is not None:  # a Harbor task: its own image, then its verifier (docker_task.py)
+            return await run_task(self, launch, output_dir, started)
         spec = await self._docker(self._image_spec, launch.image)
         logs_dir = _logs_dir(output_dir)
         await self._call(_prepare_dirs, output_dir, logs_dir)
-        starting = self._starting.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(MAX_STARTING))
+        starting = self._starting_slot()
         async with starting:
-            container = await self._create_or_discard(launch, spec, output_dir, logs_dir)
+            container = await self._create_or_discard(
+                launch, functools.partial(self._create, launch, spec, output_dir, logs_dir))
         notes: list[str] = []
         exit_code: int | None = None
         guarded = False  # the guard killed it
@@ -327,9 +332,12 @@ class DockerBackend:
             started_at=started, duration_s=time.time() - started,
         )
 
-    async def _create_or_discard(self, launch: RolloutLaunch, spec: ImageSpec, output_dir: Path,
-                                 logs_dir: Path) -> Any:
-        """`_create` in the pool. A pool thread cannot be stopped: when this task is cancelled while
+    def _starting_slot(self) -> asyncio.Semaphore:
+        """The cap on sandboxes being created or started at once (per event loop)."""
+        return self._starting.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(MAX_STARTING))
+
+    async def _create_or_discard(self, launch: RolloutLaunch, make: Callable[[], Any]) -> Any:
+        """`make()` (a container create) in the pool. A pool thread cannot be stopped: when this task is cancelled while
         docker creates the container, whichever side comes second (this task or the thread) removes it.
         Tried again while dockerd does not answer: an earlier try docker may have made is removed first."""
         handover = threading.Lock()
@@ -342,7 +350,7 @@ class DockerBackend:
             tries += 1
             if tries > 1:
                 self._remove_rollout(launch.rollout_id)
-            container = self._create(launch, spec, output_dir, logs_dir)
+            container = make()
             with handover:
                 keep = not abandoned
                 if keep:
@@ -372,6 +380,11 @@ class DockerBackend:
             if logged > LOG_CEILING_BYTES:
                 return f"[veri] stdout + stderr passed {LOG_CEILING_BYTES >> 20} MiB: the sandbox was killed"
 
+    def _labels(self, launch: RolloutLaunch) -> dict[str, str]:
+        labels = {f"veri.{key}": str(value) for key, value in launch.labels.items()}
+        labels.update({LABEL_SANDBOX: "1", LABEL_LAUNCHER: self.launcher_id, LABEL_ROLLOUT: launch.rollout_id})
+        return labels
+
     def _create(self, launch: RolloutLaunch, spec: ImageSpec, output_dir: Path, logs_dir: Path) -> Any:
         limits = launch.limits
         size = f"size={limits.tmpfs_mb}m"
@@ -379,8 +392,7 @@ class DockerBackend:
         tmpfs = {"/tmp": f"{size},mode=1777", "/work": f"{size},{owned},mode=0755"}
         if spec.home not in tmpfs:
             tmpfs[spec.home] = f"{size},{owned},mode=0700"
-        labels = {f"veri.{key}": str(value) for key, value in launch.labels.items()}
-        labels.update({LABEL_SANDBOX: "1", LABEL_LAUNCHER: self.launcher_id, LABEL_ROLLOUT: launch.rollout_id})
+        labels = self._labels(launch)
         network, egress_env = self.egress.sandbox(spec.egress, launch.env)
         env = {**launch.env, **egress_env, envs.VERI_OUTPUT_DIR: OUTPUT_MOUNT}
         pinned = self.hosts.for_sandbox(network, env)
