@@ -94,8 +94,11 @@ def map_from_lines(dockerfile: str, image_map: dict[str, str]) -> tuple[str, dic
     replaced. `name` in the map also matches `name:latest`."""
     lines = dockerfile.splitlines(keepends=True)
     applied: dict[str, str] = {}
+    stages: set[str] = set()
     for line in from_lines(dockerfile):
-        target = lookup(image_map, line.image)
+        target = None if line.image.lower() in stages else lookup(image_map, line.image)
+        if line.stage:
+            stages.add(line.stage.lower())
         if target is None:
             continue
         lines[line.index] = re.sub(rf"(?<=\s){re.escape(line.image)}(?=\s|$)", target, lines[line.index], count=1)
@@ -186,7 +189,7 @@ def read_command(command: list[str], wants: Wants) -> None:
                 wants.unpinned.append(f"-r {pip_args[pip_args.index(option) + 1]}")
         _requirements(_operands(pip_args, _PIP_VALUE_OPTIONS), wants)
         return
-    uv_tool = program == "uvx" or (program == "uv" and command[1:3] in (["tool", "run"], ["run"]))
+    uv_tool = program == "uvx" or (program == "uv" and (command[1:2] == ["run"] or command[1:3] == ["tool", "run"]))
     if uv_tool:
         args = command[1:] if program == "uvx" else command[2 if command[1] == "run" else 3:]
         withs = [args[i + 1] for i, w in enumerate(args[:-1]) if w == "--with"]
