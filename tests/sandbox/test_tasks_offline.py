@@ -76,7 +76,8 @@ def run(client: docker.DockerClient, image: str, script: str, **kwargs) -> tuple
 
 
 def test_an_unmapped_from_is_named_with_the_fix_before_any_build(task: Path, docker_client, tmp_path: Path):
-    with pytest.raises(TaskBuildError, match=rf"FROM ubuntu:24.04 is not on this machine.*--image-map ubuntu:24.04={TASK_BASE}"):
+    fix = rf"FROM ubuntu:24.04 is not on this machine.*--image-map ubuntu:24.04={TASK_BASE}"
+    with pytest.raises(TaskBuildError, match=fix):
         build_tasks([task], tmp_path, client=docker_client, log=lambda line: None)
 
 

@@ -48,8 +48,8 @@ def test_the_cookbook_test_sh_asks_for_the_uvx_with_pins_only():
 
 
 def test_uvx_tool_and_pip_lines_of_a_test_sh():
-    wants = script_wants("uvx ruff@0.6.1 check .\nuv run --with pytest==8.0.0 pytest\npip install -q hypothesis==6.1.0 six\n"
-                         "uvx --with pytest==8.0.0 pytest\n")
+    wants = script_wants("uvx ruff@0.6.1 check .\nuv run --with pytest==8.0.0 pytest\n"
+                         "pip install -q hypothesis==6.1.0 six\nuvx --with pytest==8.0.0 pytest\n")
     assert wants.pins == ["ruff==0.6.1", "pytest==8.0.0", "hypothesis==6.1.0"]
     assert wants.unpinned == ["six"]
 

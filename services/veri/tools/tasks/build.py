@@ -27,10 +27,12 @@ TASK_BASE = "veri/task-os-base"  # the Debian base an unreachable `FROM ubuntu:.
 # indexes past their Valid-Until (a vendored snapshot is old by design: it is still Debian's signature),
 # and pip pointed at the build proxy's index.
 TASK_BASE_DOCKERFILE = """FROM veri/os-base
-RUN printf 'Acquire::Languages "none";\\nAcquire::Check-Valid-Until "false";\\n' >/etc/apt/apt.conf.d/99veri-offline \\
- && printf '[global]\\nindex-url = http://pypi.veri.internal/simple/\\ntrusted-host = pypi.veri.internal\\n' >/etc/pip.conf
-LABEL org.veri.task-base="1"
+RUN printf 'Acquire::Languages "none";\\nAcquire::Check-Valid-Until "false";\\n' \\
+      >/etc/apt/apt.conf.d/99veri-offline \\
+ && printf '[global]\\nindex-url = http://pypi.veri.internal/simple/\\ntrusted-host = pypi.veri.internal\\n' \\
+      >/etc/pip.conf
 """
+LABEL_TASK_BASE = "org.veri.task-base"  # the hash of TASK_BASE_DOCKERFILE and veri/os-base's id it was built from
 LABEL_TASK = "org.veri.task"
 IGNORED = {".git", "__pycache__", ".DS_Store"}
 
@@ -60,15 +62,20 @@ def _image_id(client: Any, image: str) -> str | None:
 
 
 def ensure_task_base(client: Any, log: Log) -> None:
-    """Build veri/task-os-base (from veri/os-base, `make images`) when it is missing."""
-    if _image_id(client, TASK_BASE):
-        return
-    if not _image_id(client, "veri/os-base"):
+    """Build veri/task-os-base (from veri/os-base, `make images`) when it is missing or out of date."""
+    os_base = _image_id(client, "veri/os-base")
+    if not os_base:
         raise TaskBuildError(f"{TASK_BASE} is built from veri/os-base, which is missing: run `make images`")
+    want = hashlib.sha256(f"{TASK_BASE_DOCKERFILE}{os_base}".encode()).hexdigest()[:16]
+    try:
+        if (client.images.get(TASK_BASE).labels or {}).get(LABEL_TASK_BASE) == want:
+            return
+    except docker.errors.ImageNotFound:
+        pass
     log(f"tasks build: building {TASK_BASE} from veri/os-base")
     with tempfile.TemporaryDirectory() as context:
         Path(context, "Dockerfile").write_text(TASK_BASE_DOCKERFILE)
-        _docker_build(["-t", TASK_BASE, context], log)
+        _docker_build(["-t", TASK_BASE, "--label", f"{LABEL_TASK_BASE}={want}", context], log)
 
 
 def resolve_bases(client: Any, dockerfile: str, image_map: dict[str, str], task: Path, log: Log) -> dict[str, str]:

@@ -101,13 +101,13 @@ class BuildProxy:
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_GET(self) -> None:
                 self._reply(send_body=True)
 
-            def do_HEAD(self) -> None:  # noqa: N802
+            def do_HEAD(self) -> None:
                 self._reply(send_body=False)
 
-            def do_CONNECT(self) -> None:  # noqa: N802 - https through the proxy: nothing vendored there
+            def do_CONNECT(self) -> None:
                 with proxy._lock:
                     proxy.answers.missing.append(f"https://{self.path}")
                 self.send_error(403, "veri build proxy: no https (only vendored http answers)")
