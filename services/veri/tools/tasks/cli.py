@@ -28,8 +28,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     build.set_defaults(func=_build)
     vendor = kinds.add_parser(
         "vendor", help="download (online, once) what the tasks' builds and verifiers fetch into vendor/tasks/",
-        description="Read each task's environment/Dockerfile (apt-get install, pip install X==V) and "
-                    "tests/test.sh (uvx --with X==V, pip install X==V) and download into vendor/tasks/: the "
+        description="Read each task's <task>/environment/Dockerfile (apt-get install, pip install X==V) and "
+                    "<task>/tests/test.sh (uvx --with X==V, pip install X==V) and download into vendor/tasks/: the "
                     ".debs with their recommends, Debian's signed indexes, the wheels, and the verifier's uv. "
                     "Copy vendor/ with the tree to an air-gapped machine.")
     vendor.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="a task folder (environment/Dockerfile)")
