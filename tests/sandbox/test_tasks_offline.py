@@ -11,7 +11,16 @@ from pathlib import Path
 import docker
 import pytest
 
-from tests.sandbox.conftest import BASE, LABEL, ROOT, SESSION, unavailable
+from tests.sandbox.conftest import (
+    BASE,
+    CLAUDE_AGENT,
+    CODEX_AGENT,
+    LABEL,
+    ROOT,
+    SESSION,
+    claude_code_version,
+    unavailable,
+)
 from veri.tools.tasks.build import TASK_BASE, TaskBuildError, build_tasks
 from veri.tools.tasks.layout import RUNTIME_MOUNT, TOOLS_MOUNT
 from veri.tools.tasks.runtime import runtime_tree
@@ -106,6 +115,16 @@ def test_a_bundles_runtime_tree_runs_in_a_plain_image(docker_client):
                     volumes={str(tree): {"bind": RUNTIME_MOUNT, "mode": "ro"}})
     assert code == 0, out
     assert f"{RUNTIME_MOUNT} openai anthropic" in out and "setpriv from util-linux" in out
+
+
+@pytest.mark.parametrize("image,program", [(CLAUDE_AGENT, "claude"), (CODEX_AGENT, "codex")])
+def test_the_agent_clis_run_from_the_tree_in_a_plain_image(docker_client, image: str, program: str):
+    # Claude Code through the tree's loader (patchelf would break its payload), Codex as is (static)
+    tree = runtime_tree(image, client=docker_client, log=lambda line: None)
+    code, out = run(docker_client, OS_BASE, f"{RUNTIME_MOUNT}/bin/{program} --version",
+                    volumes={str(tree): {"bind": RUNTIME_MOUNT, "mode": "ro"}})
+    assert code == 0, out
+    assert (claude_code_version() in out) if program == "claude" else out.startswith("codex-cli ")
 
 
 @pytest.mark.parametrize("answer,reward", [("42", "1"), ("41", "0")])

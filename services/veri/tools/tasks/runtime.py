@@ -123,6 +123,8 @@ def build_runtime_tree(bundle_image: str, out: Path, client: Any = None, log: Lo
             (work / "bin" / "claude").write_text(_CLAUDE)
             (work / "bin" / "claude").chmod(0o755)
         (work / ".complete").write_text(f"{bundle_image}\n")
+        if (out / ".complete").is_file():  # another build of the same inputs finished first: keep its tree
+            return out
         if out.exists():
             shutil.rmtree(out)
         work.rename(out)

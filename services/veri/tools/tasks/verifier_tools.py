@@ -68,6 +68,8 @@ def verifier_tools(vendor: Path, *, build_dir: Path | None = None) -> Path:
         shutil.copy2(SHIMS / "uv-install.sh", work / "uv-install.sh")
         (work / ".complete").write_text("")
         work.chmod(0o755)
+        if (out / ".complete").is_file():  # another build of the same inputs finished first: keep its tree
+            return out
         if out.exists():
             shutil.rmtree(out)
         work.rename(out)
