@@ -44,16 +44,16 @@ class TaskWants:
 
 
 def read_wants(tasks: list[Path]) -> TaskWants:
-    """The apt packages and pip requirements that the tasks' environment/Dockerfile and tests/test.sh name."""
+    """The apt packages and pip requirements that the tasks' environment/Dockerfile and test.sh files name."""
     wants = TaskWants()
     for task in tasks:
         dockerfile = task / "environment" / "Dockerfile"
         if not dockerfile.is_file():
             raise VendorError(f"{task}: no environment/Dockerfile (a task folder holds environment/Dockerfile)")
         wants.build.add(dockerfile_wants(dockerfile.read_text()))
-        test_sh = task / "tests" / "test.sh"
-        if test_sh.is_file():
-            wants.verifier.add(script_wants(test_sh.read_text()))
+        for test_sh in [task / "tests" / "test.sh", *sorted(task.glob("steps/*/tests/test.sh"))]:  # multi-step tasks
+            if test_sh.is_file():
+                wants.verifier.add(script_wants(test_sh.read_text()))
     return wants
 
 
