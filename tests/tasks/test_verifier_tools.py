@@ -24,12 +24,13 @@ def vendored(tmp_path: Path) -> Path:
 
 
 def test_the_tree_holds_uv_the_wheels_and_the_shims(tmp_path: Path):
-    tree = verifier_tools(vendored(tmp_path), build_dir=tmp_path / "build")
+    vendor = vendored(tmp_path)
+    tree = verifier_tools(vendor, build_dir=tmp_path / "build")
     assert (tree / "bin" / "uv").read_bytes() == b"uv binary" and (tree / "bin" / "uvx").stat().st_mode & 0o111
     assert [p.name for p in (tree / "wheels").iterdir()] == ["pytest-8.4.1-py3-none-any.whl"]
     assert sorted(p.name for p in (tree / "shims").iterdir()) == ["apt-get", "curl", "wget"]
     assert "/veri/tools/bin/uv" in (tree / "uv-install.sh").read_text()
-    assert verifier_tools(vendored(tmp_path), build_dir=tmp_path / "build") == tree  # the same inputs: reused
+    assert verifier_tools(vendor, build_dir=tmp_path / "build") == tree  # the same inputs: reused
 
 
 def test_without_the_uv_wheel_the_fix_is_named(tmp_path: Path):
