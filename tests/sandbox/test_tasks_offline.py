@@ -112,7 +112,7 @@ def test_a_bundles_runtime_tree_runs_in_a_plain_image(docker_client):
     code, out = run(docker_client, OS_BASE,
                     f"{RUNTIME_MOUNT}/bin/python3 -c 'import sys, ssl, openai, anthropic; print(sys.prefix, "
                     f"openai.__name__, anthropic.__name__)' && {RUNTIME_MOUNT}/bin/setpriv --version",
-                    volumes={str(tree): {"bind": RUNTIME_MOUNT, "mode": "ro"}})
+                    volumes={str(tree): {"bind": RUNTIME_MOUNT, "mode": "ro"}}, user="65534:65534")  # as nobody
     assert code == 0, out
     assert f"{RUNTIME_MOUNT} openai anthropic" in out and "setpriv from util-linux" in out
 

@@ -32,7 +32,7 @@ import docker
 
 from veri.tools.tasks.layout import RUNTIME_MOUNT, default_build_dir
 
-TREE_VERSION = "1"  # bump when the tree's layout changes: every bundle's tree is then rebuilt
+TREE_VERSION = "2"  # bump when the tree's layout changes: every bundle's tree is then rebuilt
 LOADER = "ld-linux-x86-64.so.2"
 UNPATCHED = {"claude.bin", "codex"}  # patchelf breaks Bun's payload; codex is static
 TOOLS = ("/usr/bin/unshare", "/usr/bin/setpriv", "/bin/mount", "/bin/umount", "/bin/tar", "/usr/bin/timeout")
@@ -123,6 +123,7 @@ def build_runtime_tree(bundle_image: str, out: Path, client: Any = None, log: Lo
             (work / "bin" / "claude").write_text(_CLAUDE)
             (work / "bin" / "claude").chmod(0o755)
         (work / ".complete").write_text(f"{bundle_image}\n")
+        work.chmod(0o755)  # mkdtemp's 0700 would shut out the harness's non-root user
         if (out / ".complete").is_file():  # another build of the same inputs finished first: keep its tree
             return out
         if out.exists():
