@@ -9,8 +9,13 @@ from pathlib import Path
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    tasks = commands.add_parser("tasks", help="Harbor task folders: vendor and build their environments offline")
+    tasks = commands.add_parser("tasks", help="Harbor task folders: check them, vendor and build their images offline")
     kinds = tasks.add_subparsers(dest="tasks_command", required=True, metavar="COMMAND")
+    check = kinds.add_parser("check", help="one line per task: ok, or what veri refuses and the fix; warnings name"
+                                           " what veri ignores and the test.sh lines it cannot serve offline")
+    check.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                       help="a task folder (task.toml, instruction.md, the verifier's test.sh) or a folder of them")
+    check.set_defaults(func=_check)
     build = kinds.add_parser(
         "build", help="build each task's environment/Dockerfile offline (FROM lines mapped, apt and pip served "
                       "from vendor/tasks/); prints one 'TASK TAG' line each",
@@ -37,6 +42,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     vendor.add_argument("--base-image", default="veri/os-base",
                         help="the image the tasks build on: the .debs it already has are not fetched")
     vendor.set_defaults(func=_vendor)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from veri.tools.tasks.check import check_paths
+
+    return check_paths(args.paths)
+
 
 
 def _build(args: argparse.Namespace) -> int:
