@@ -97,3 +97,18 @@ def test_the_tag_hash_covers_the_environment_the_map_and_the_vendored_inputs(tmp
     assert content_hash(env, {"ubuntu:24.04": "a"}, {"ubuntu:24.04": "sha256:1"}, vendor) != first
     (env / "app.py").write_text("print(1)\n")
     assert content_hash(env, {"ubuntu:24.04": "a"}, {"ubuntu:24.04": "sha256:1"}, vendor) != first
+
+
+def test_a_folder_of_tasks_means_its_tasks_with_a_dockerfile(tmp_path: Path):
+    from veri.tools.tasks.folders import NoTasksError, task_folders
+
+    for name, dockerfile in (("a", True), ("b", True), ("prebuilt", False)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "task.toml").write_text('version = "1.0"\n')
+        if dockerfile:
+            (tmp_path / name / "environment").mkdir()
+            (tmp_path / name / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\n")
+    assert task_folders([tmp_path]) == [tmp_path / "a", tmp_path / "b"]
+    assert task_folders([tmp_path / "b", tmp_path]) == [tmp_path / "b", tmp_path / "a"]
+    with pytest.raises(NoTasksError, match="point at a task folder"):
+        task_folders([tmp_path / "prebuilt"])

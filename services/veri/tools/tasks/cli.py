@@ -24,7 +24,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                     "answered by veri's build proxy from vendor/tasks/ (`veri tasks vendor`). The tag "
                     "veri/task-<name>:<content hash> covers environment/, the map and the vendored inputs: "
                     "an unchanged task is not rebuilt.")
-    build.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="a task folder (environment/Dockerfile)")
+    build.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                       help="a task folder (environment/Dockerfile) or a folder of them")
     build.add_argument("--image-map", action="append", default=[], metavar="FROM=LOCAL",
                        help="build on LOCAL where a Dockerfile says FROM (repeatable), e.g. "
                             "ubuntu:24.04=veri/task-os-base (Debian bookworm that veri builds from veri/os-base)")
@@ -37,7 +38,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                     "<task>/tests/test.sh (uvx --with X==V, pip install X==V) and download into vendor/tasks/: the "
                     ".debs with their recommends, Debian's signed indexes, the wheels, and the verifier's uv. "
                     "Copy vendor/ with the tree to an air-gapped machine.")
-    vendor.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="a task folder (environment/Dockerfile)")
+    vendor.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                        help="a task folder (environment/Dockerfile) or a folder of them")
     vendor.add_argument("--out", type=Path, default=None, help="where (default: vendor/tasks/)")
     vendor.add_argument("--base-image", default="veri/os-base",
                         help="the image the tasks build on: the .debs it already has are not fetched")
@@ -53,12 +55,13 @@ def _check(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     from veri.tools.tasks.build import TaskBuildError, build_tasks, parse_image_map
+    from veri.tools.tasks.folders import NoTasksError, task_folders
     from veri.tools.tasks.layout import default_vendor_dir
 
     try:
-        tags = build_tasks(args.paths, args.vendor or default_vendor_dir(), image_map=parse_image_map(args.image_map),
-                           prefix=args.prefix)
-    except TaskBuildError as error:
+        tags = build_tasks(task_folders(args.paths), args.vendor or default_vendor_dir(),
+                           image_map=parse_image_map(args.image_map), prefix=args.prefix)
+    except (TaskBuildError, NoTasksError) as error:
         print(f"veri tasks build: {error}", file=sys.stderr)
         return 2
     for task, tag in tags.items():
@@ -67,13 +70,14 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _vendor(args: argparse.Namespace) -> int:
+    from veri.tools.tasks.folders import NoTasksError, task_folders
     from veri.tools.tasks.layout import default_vendor_dir
     from veri.tools.tasks.vendor import VendorError, vendor_tasks
 
     out = args.out or default_vendor_dir()
     try:
-        vendor_tasks(args.paths, out, base_image=args.base_image)
-    except VendorError as error:
+        vendor_tasks(task_folders(args.paths), out, base_image=args.base_image)
+    except (VendorError, NoTasksError) as error:
         print(f"veri tasks vendor: {error}", file=sys.stderr)
         return 2
     print(out)
