@@ -33,7 +33,7 @@ TRAINER = f"{PREFIX}/trainer-gpu"
 # parsed are the same on every platform.
 NO_GPU = {"VLLM_TARGET_DEVICE": "cpu"}
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("vllm"), pytest.mark.slow]
 
 PROBE = """
 import importlib.metadata as m, json, sys, torch

@@ -19,6 +19,8 @@ from veri.services.console.app import create_app
 from veri.services.console.settings import ConsoleSettings
 from veri.tools.harness.debug import explain, read_records
 
+pytestmark = pytest.mark.needs("app")
+
 ROLLOUT = "/jobs/demo/steps/{step}/tasks/{task}/rollouts/{rollout}"
 
 

@@ -20,7 +20,8 @@ from tests.servers import RunningServer, start_server
 from veri.archive import JobArchive, step_metrics
 from veri.tools.harness.debug import explain, read_records
 
-pytestmark = [pytest.mark.timeout(300)]  # chromium's absence fails each test as it runs (tests/conftest.py)
+# chromium's absence fails each test as it runs (tests/conftest.py)
+pytestmark = [pytest.mark.needs("browser"), pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,8 @@ from pydantic import BaseModel
 from tests.servers import free_port
 from veri.infra.http import AsyncJsonClient, HttpCallError, JsonClient
 
+pytestmark = pytest.mark.needs("app")
+
 
 class Reply(BaseModel):
     value: int

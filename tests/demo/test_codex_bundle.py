@@ -77,6 +77,7 @@ def test_manifest_and_answer_parsing():
     assert 'wire_api = "responses"' in config and 'web_search = "disabled"' in config
 
 
+@pytest.mark.needs("docker")
 @pytest.mark.slow
 def test_codex_bundle_extracts_the_url(codex_proxy, session, control, codex_task, tmp_path):
     run = run_bundle("url_extract_codex", proxy=codex_proxy, session=session, row=codex_task, tmp_path=tmp_path)
@@ -98,6 +99,7 @@ def test_codex_bundle_extracts_the_url(codex_proxy, session, control, codex_task
     assert first.path == "/v1/responses" and first.request["model"] == "policy"
 
 
+@pytest.mark.needs("docker")
 @pytest.mark.slow
 def test_codex_bundle_fails_on_model_api_errors(codex_proxy, session, codex_task, tmp_path):
     run = run_bundle("url_extract_codex", proxy=codex_proxy, session=session, row=codex_task, tmp_path=tmp_path,
@@ -107,6 +109,7 @@ def test_codex_bundle_fails_on_model_api_errors(codex_proxy, session, codex_task
     assert not (run.output_dir / "answer.txt").exists()
 
 
+@pytest.mark.needs("docker")
 @pytest.mark.slow
 def test_a_reply_cut_at_max_tokens_is_a_finished_rollout(codex_policy, tiny_model, codex_task, tmp_path):
     """Codex stops on a response.incomplete; the bundle reports a finished rollout with no answer."""
@@ -129,6 +132,7 @@ def veri(*args: str, path: list[str], timeout_s: float = 300) -> subprocess.Comp
                           timeout=timeout_s)
 
 
+@pytest.mark.needs("docker")
 @pytest.mark.slow
 def test_codex_with_its_default_config_runs_and_says_what_was_dropped(codex_proxy, codex_task, tmp_path):
     """Codex sends its hosted web_search tool (its config does not turn it off): the proxy leaves it out

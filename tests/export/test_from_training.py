@@ -13,7 +13,7 @@ from tests.trainer.test_train import veri_train
 from veri.archive import ArchiveIndex
 from veri.cli import main
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("process"), pytest.mark.slow]
 
 
 def test_a_trained_step_exported_and_fine_tuned_on(stack, tiny_model, tmp_path, capsys):  # noqa: F811

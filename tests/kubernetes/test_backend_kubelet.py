@@ -20,6 +20,8 @@ from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch, SandboxLi
 from veri.services.launcher.group import run_group
 from veri.services.launcher.kubernetes.backend import KubernetesBackend
 
+pytestmark = pytest.mark.needs("docker")
+
 HARNESS_MAIN = Path(__file__).resolve().parents[1] / "sandbox" / "launcher" / "harness_main.py"
 
 

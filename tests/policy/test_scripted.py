@@ -13,6 +13,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from tests.policy.helpers import assert_logprobs_match, complete, greedy_reference
 from tests.servers import start_server
 
+pytestmark = pytest.mark.needs("process")
+
 REPLY = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 
 

@@ -16,6 +16,8 @@ from tests.policy.helpers import assert_logprobs_match, complete, peaked_weights
 from tests.servers import start_server
 from veri.core.policy_api import ServerProcess
 
+pytestmark = pytest.mark.needs("process")
+
 
 @pytest.fixture(scope="module")
 def updatable(tiny_model: Path) -> Iterator[httpx.Client]:

@@ -52,7 +52,7 @@ from veri.tools.models.tiny import VLLM_CPU_HEAD_DIM, build_tiny_model
 IMAGE = f"{os.environ.get('IMAGE_PREFIX', 'veri')}/vllm-cpu"
 LABEL = "org.veri.test"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("vllm"), pytest.mark.slow]
 
 # What TRL's `trl vllm-serve` (trl/scripts/vllm_serve.py: build_command) adds to `vllm serve`.
 TRL_SERVER_FLAGS = ["--weight-transfer-config", '{"backend": "nccl"}', "--logprobs-mode", "processed_logprobs",

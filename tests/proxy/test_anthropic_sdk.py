@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import anthropic
+import pytest
 
 from tests.proxy.conftest import assert_bridged_chain, fake_weather
 from veri.core.episodes import build_episode, unfinished_rows
+
+pytestmark = pytest.mark.needs("process")
 
 WEATHER = {
     "name": "get_weather",

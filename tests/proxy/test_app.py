@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 import uvicorn
 from transformers import AutoTokenizer
 
@@ -23,6 +24,8 @@ from veri.services.proxy.app import create_app
 from veri.services.proxy.settings import ProxySettings
 from veri.services.proxy.store import SpanStore
 from veri.services.proxy.timing import WORKER_PID_HEADER
+
+pytestmark = pytest.mark.needs("app")
 
 HELLO = [{"role": "user", "content": "hello"}]
 

@@ -35,6 +35,8 @@ from veri.services.proxy.rollout_routes import CHAT_COMPLETIONS, MESSAGES
 from veri.services.proxy.settings import ProxySettings
 from veri.services.proxy.store import BUSY_TIMEOUT_S, SpanStore
 
+pytestmark = pytest.mark.needs("app")
+
 # What a retry behind a stranded note waited: the default policy timeout and the grace (~630 s).
 STRANDED_S = ProxySettings.model_fields["policy_timeout_s"].default + IN_FLIGHT_GRACE_S
 # Generous against what the retry costs (the SDK's first backoff, <= 1 s, and one stand-in sample), far

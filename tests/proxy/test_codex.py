@@ -17,7 +17,7 @@ from tests.proxy.conftest import assert_bridged_chain, proxy_args
 from tests.servers import RunningServer, start_server
 from veri.services.proxy.control_client import ControlClient
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("docker"), pytest.mark.slow]
 
 PROMPT = "Print both codex markers with the shell, one command each, then name them."
 ANSWER = "The markers were veri-codex-one and veri-codex-two."

@@ -11,6 +11,8 @@ from tests.proxy.conftest import proxy_args
 from tests.servers import free_port, start_server
 from veri.services.proxy.control_client import ControlClient
 
+pytestmark = pytest.mark.needs("process")
+
 
 def oa(session, **kw) -> openai.OpenAI:
     return openai.OpenAI(base_url=session.openai_base_url, api_key=kw.get("key", session.api_key), max_retries=0)

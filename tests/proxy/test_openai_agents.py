@@ -12,6 +12,8 @@ from openai import AsyncOpenAI
 from tests.proxy.conftest import assert_bridged_chain, fake_weather
 from tests.proxy.test_responses import ANSWER, QUESTION
 
+pytestmark = pytest.mark.needs("process")
+
 
 @function_tool
 def get_weather(city: str) -> str:

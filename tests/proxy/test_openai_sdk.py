@@ -6,10 +6,13 @@ import json
 
 import httpx
 import openai
+import pytest
 from transformers import AutoTokenizer
 
 from tests.proxy.conftest import WEATHER_TOOL, assert_bridged_chain, fake_weather
 from veri.services.proxy.timing import WORKER_PID_HEADER
+
+pytestmark = pytest.mark.needs("process")
 
 
 def client_for(session) -> openai.OpenAI:

@@ -18,6 +18,8 @@ from tests.servers import RunningServer, start_server
 from veri.core.episodes import Effect, Rule, build_episode
 from veri.services.proxy.control_client import ControlClient
 
+pytestmark = pytest.mark.needs("process")
+
 USER = [{"role": "user", "content": "hello"}]
 
 

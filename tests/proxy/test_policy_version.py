@@ -11,11 +11,14 @@ from pathlib import Path
 
 import httpx
 import openai
+import pytest
 from transformers import AutoTokenizer
 
 from tests.proxy.conftest import proxy_args, standin
 from tests.servers import free_port, start_server
 from veri.services.proxy.control_client import ControlClient
+
+pytestmark = pytest.mark.needs("process")
 
 
 def test_spans_carry_the_announced_version(tiny_model, tmp_path):

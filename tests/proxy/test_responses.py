@@ -15,6 +15,8 @@ from tests.proxy.conftest import assert_bridged_chain, fake_weather, proxy_args
 from tests.servers import RunningServer, start_server
 from veri.services.proxy.control_client import ControlClient
 
+pytestmark = pytest.mark.needs("process")
+
 WEATHER = {
     "type": "function",
     "name": "get_weather",

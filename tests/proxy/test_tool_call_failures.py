@@ -21,6 +21,8 @@ from veri.core.rollout_record import RewardOutcome, RolloutRecord
 from veri.services.proxy.control_client import ControlClient
 from veri.tools.harness.debug import explain
 
+pytestmark = pytest.mark.needs("process")
+
 # The user's turn names the kind; the policy is teacher-forced to write that kind of broken call.
 BROKEN = {
     "invalid_json": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"\n</tool_call>',

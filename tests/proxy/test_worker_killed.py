@@ -12,6 +12,7 @@ import time
 import httpx
 import openai
 import psutil
+import pytest
 
 from tests.logs import json_events, requests_logged
 from tests.prometheus import Scrape
@@ -19,6 +20,8 @@ from tests.proxy.conftest import proxy_args, standin
 from tests.servers import start_server
 from veri.services.proxy.control_client import ControlClient
 from veri.services.proxy.timing import WORKER_PID_HEADER
+
+pytestmark = pytest.mark.needs("process")
 
 CHAT_ROUTE = "/r/{rollout_id}/v1/chat/completions"
 

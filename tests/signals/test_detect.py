@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from tests.console.archive import Tokens, record, tool_rollout, write_job
@@ -12,6 +13,8 @@ from veri.archive.signals import detect_archive
 from veri.core.signals import SignalsConfig
 from veri.services.console.app import create_app
 from veri.services.console.settings import ConsoleSettings
+
+pytestmark = pytest.mark.needs("app")
 
 
 def _archive(root: Path, name: str, lines: list[dict], records_per_step=None) -> Path:

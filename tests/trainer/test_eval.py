@@ -20,7 +20,7 @@ from veri.services.console.app import create_app
 from veri.services.console.settings import ConsoleSettings
 from veri.services.policy.hf.admin_client import PolicyAdmin
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("process"), pytest.mark.slow]
 
 
 def veri_eval(job: Path, stack, output: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -17,7 +17,7 @@ from tests.trainer.conftest import write_job
 from veri.archive import read_metrics
 from veri.core.episodes import RolloutStatus, Rule
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("process"), pytest.mark.slow]
 
 PHASES = ("rollout", "reward", "train", "weight_sync")
 

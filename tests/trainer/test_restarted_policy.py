@@ -37,6 +37,8 @@ from veri.services.trainer.grpo.rollout_func import HarnessRollouts
 from veri.services.trainer.weights.served import CLOCK_SLACK_S, ServedWeights
 from veri.services.trainer.weights.sync import announce_version
 
+pytestmark = pytest.mark.needs("process")
+
 STANDIN = Path(__file__).parents[1] / "vllm_standin.py"
 
 

@@ -18,7 +18,7 @@ from tests.trainer.conftest import MAX_TOKENS, write_job
 from tests.trainer.test_train import veri_train
 from veri.archive import ArchiveIndex, read_metrics
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("process"), pytest.mark.slow]
 
 # Measured on the 2-core dev box: the largest |trainer - sampler| logprob over the trained tokens is ~1e-6
 # nats (both float32 on CPU; the server decodes with a KV cache, the trainer in one padded pass).

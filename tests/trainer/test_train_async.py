@@ -17,7 +17,7 @@ from tests.trainer.test_train import assert_timeline_matches_metrics, veri_train
 from veri.archive import ArchiveIndex, read_metrics
 from veri.core.episodes import Rule
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("process"), pytest.mark.slow]
 
 
 def archived(job_dir: Path) -> list:

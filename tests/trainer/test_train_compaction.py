@@ -11,7 +11,7 @@ from tests.trainer.test_train import veri_train
 from veri.archive import ArchiveIndex, read_metrics
 from veri.core.episodes import RowKind
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("process"), pytest.mark.slow]
 
 COMPACTING_AGENT = '''
 import json, os, pathlib

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 import yaml
 from transformers import AutoTokenizer
@@ -130,6 +131,7 @@ def vllm_job(model: Path, folder: Path) -> JobConfig:
     return parse_config(yaml.safe_load(write_job(folder, model, **VLLM_JOB).read_text()), base_dir=folder)
 
 
+@pytest.mark.needs("process")
 def test_the_sync_announces_the_version_for_a_steps_rollouts_and_for_an_eval_after_the_step(tiny_model, tmp_path):
     """vLLM reports no version: the proxy stamps each span with the one the trainer announced. The sync
     announces it as it loads the weights (`vllm_sync.AnnouncedSync`): TRL's before a step's rollouts, and
