@@ -44,7 +44,7 @@ import httpx
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.servers import free_port, start_server
+from testkit.servers import free_port, start_server
 from veri.core import sampling
 from veri.core.config import JobConfig, parse_config, read_config_file
 from veri.core.dataset import read_dataset

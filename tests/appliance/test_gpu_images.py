@@ -18,7 +18,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from tests.trainer.conftest import write_job
+from testkit.trainer_jobs import write_job
 from veri.core.config import parse_config
 from veri.gpu.job import plan_job
 from veri.gpu.pins import GPU_CONSTRAINTS, GPU_PINS

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.console.archive import write_job
+from testkit.console_archive import write_job
 from veri.archive import read_rollout
 from veri.cli import main
 from veri.core.rollout_record import RolloutRecord

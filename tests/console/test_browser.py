@@ -14,9 +14,9 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.select import Select
 
-from tests.console.archive import TIMINGS, Tokens, record, rewritten_rollout, write_job
+from testkit.console_archive import TIMINGS, Tokens, record, rewritten_rollout, write_job
+from testkit.servers import RunningServer, start_server
 from tests.console.browser import chromium, screenshot, wait_for
-from tests.servers import RunningServer, start_server
 from veri.archive import JobArchive, step_metrics
 from veri.tools.harness.debug import explain, read_records
 

@@ -12,8 +12,8 @@ import time
 import httpx
 import pytest
 
+from testkit.servers import start_server, stop_server
 from tests.logs import json_events, requests_logged
-from tests.servers import start_server, stop_server
 from veri.core import envs
 from veri.infra.logging import log_format
 

@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-import tests.servers as servers
+import testkit.servers as servers
+from testkit.servers import start_server
 from tests import tier_guess, tiers
-from tests.servers import start_server
 
 pytestmark = pytest.mark.needs("app")
 
@@ -32,7 +32,7 @@ def starts_a_server() -> None:
 
 
 def imports_then_starts() -> None:
-    from tests.servers import start_server
+    from testkit.servers import start_server
 
     with start_server(["serve", "webfixture"]):
         pass

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from testkit.servers import RunningServer, start_server
 from tests.claude_code import claude_binary
 from tests.codex import codex_binary
 from tests.proxy.conftest import proxy_args
-from tests.servers import RunningServer, start_server
 from veri.core.harness import load_manifest, rollout_env
 from veri.core.records import SessionInfo
 from veri.services.proxy.control_client import ControlClient

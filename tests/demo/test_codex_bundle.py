@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from testkit.servers import RunningServer, start_server
 from tests.demo.conftest import (
     BUNDLES,
     answer_rule,
@@ -24,7 +25,6 @@ from tests.demo.conftest import (
 )
 from tests.demo.test_bundles import load_agent
 from tests.proxy.conftest import assert_bridged_chain
-from tests.servers import RunningServer, start_server
 from veri.core.harness import load_manifest
 from veri.core.records import SessionInfo
 from veri.services.proxy.control_client import ControlClient

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.spans import bridged_chain
+from testkit.spans import bridged_chain
 from veri.core.episodes import RolloutStatus, Rule, Verdict, build_episode
 from veri.core.rollout_record import RewardOutcome, RolloutRecord
 from veri.tools.harness.debug import explain, read_records, records_in

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.kubernetes.cluster import KubeCluster
+from testkit.kubernetes_cluster import KubeCluster
 from veri.core.episodes import RolloutStatus
 from veri.core.harness import rollout_env
 from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch, SandboxLimits

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.k8s_kubelet_launch import Side, compare, probe_image, remove_probe_image
-from tests.kubernetes.cluster import KubeCluster
+from testkit.kubernetes_cluster import KubeCluster
 
 pytestmark = pytest.mark.needs("docker")
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from testkit.servers import free_port
 from tests.launcher.test_local_backend import bundle, launch
-from tests.servers import free_port
 from veri.core.launch import GroupLaunch
 from veri.services.launcher.app import create_app, make_backend
 from veri.services.launcher.backend import SandboxBackend

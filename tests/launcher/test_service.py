@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from testkit.servers import free_port, start_server
 from tests.launcher.test_local_backend import bundle, launch
-from tests.servers import free_port, start_server
 from veri.core.launch import GroupLaunch
 from veri.services.launcher.client import LauncherClient
 

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from testkit.servers import start_server
 from tests.policy.helpers import assert_logprobs_match, complete, greedy_reference
-from tests.servers import start_server
 
 pytestmark = pytest.mark.needs("process")
 

@@ -38,9 +38,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from testkit.servers import free_port, start_server
 from tests.models.generation_defaults import with_generation_defaults
 from tests.sandbox.conftest import unavailable
-from tests.servers import free_port, start_server
 from veri.core.policy_api import CompletionResponse
 from veri.core.sampling import NEUTRAL
 from veri.services.policy.vllm import WORKER_EXTENSION

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from transformers import AutoTokenizer
 
-from tests.servers import RunningServer, free_port, start_server
+from testkit.servers import RunningServer, free_port, start_server
 from veri.core.records import SessionInfo
 from veri.services.proxy.control_client import ControlClient
 

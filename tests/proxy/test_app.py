@@ -16,7 +16,7 @@ import pytest
 import uvicorn
 from transformers import AutoTokenizer
 
-from tests.servers import free_port
+from testkit.servers import free_port
 from tests.vllm_standin import Standin
 from tests.vllm_standin import create_app as create_standin
 from veri.core.records import SessionInfo, Span

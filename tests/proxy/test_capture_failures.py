@@ -23,9 +23,9 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
+from testkit.servers import free_port
 from tests.proxy.test_app import open_session as app_session
 from tests.proxy.test_app import policy_standin, proxy_client, settings_for
-from tests.servers import free_port
 from veri.core.records import SessionInfo, Span
 from veri.services.proxy.app import create_app
 from veri.services.proxy.capture import IN_FLIGHT_GRACE_S

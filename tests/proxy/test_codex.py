@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from testkit.servers import RunningServer, start_server
 from tests.codex import codex_binary
 from tests.proxy.conftest import assert_bridged_chain, proxy_args
-from tests.servers import RunningServer, start_server
 from veri.services.proxy.control_client import ControlClient
 
 pytestmark = [pytest.mark.needs("docker"), pytest.mark.slow]

@@ -7,8 +7,8 @@ import httpx
 import openai
 import pytest
 
+from testkit.servers import free_port, start_server
 from tests.proxy.conftest import proxy_args
-from tests.servers import free_port, start_server
 from veri.services.proxy.control_client import ControlClient
 
 pytestmark = pytest.mark.needs("process")

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from bench.reliability.scenarios import proxy_hostile as hostile
-from tests.servers import RunningServer
+from testkit.servers import RunningServer
 from veri.services.proxy.control_client import ControlClient
 
 SESSIONS = 500  # CI-sized: the scenario opens 10k

@@ -10,11 +10,11 @@ import httpx
 import openai
 import pytest
 
+from testkit.servers import start_server
 from tests.prometheus import Scrape
 from tests.proxy.conftest import proxy_args
 from tests.proxy.test_app import open_session, policy_standin, proxy_client, settings_for
 from tests.proxy.test_openai_sdk import _AlternatingClients, _connections_to_each_worker, _run_tool_loop, client_for
-from tests.servers import start_server
 from veri.services.proxy.app import create_app
 from veri.services.proxy.control_client import ControlClient
 from veri.services.proxy.rollout_routes import BY_TEMPLATE, MODELS, RESPONSES, ROUTES, ErrorShape

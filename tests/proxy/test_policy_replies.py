@@ -13,8 +13,8 @@ import httpx
 import openai
 import pytest
 
+from testkit.servers import RunningServer, start_server
 from tests.proxy.conftest import proxy_args, standin
-from tests.servers import RunningServer, start_server
 from veri.core.episodes import Effect, Rule, build_episode
 from veri.services.proxy.control_client import ControlClient
 

@@ -14,8 +14,8 @@ import openai
 import pytest
 from transformers import AutoTokenizer
 
+from testkit.servers import free_port, start_server
 from tests.proxy.conftest import proxy_args, standin
-from tests.servers import free_port, start_server
 from veri.services.proxy.control_client import ControlClient
 
 pytestmark = pytest.mark.needs("process")

@@ -12,8 +12,8 @@ import httpx
 import openai
 import pytest
 
+from testkit.servers import start_server
 from tests.proxy.conftest import proxy_args, standin
-from tests.servers import start_server
 from veri.services.proxy.cli import register_serve, settings_from_args
 from veri.services.proxy.control_client import ControlClient
 

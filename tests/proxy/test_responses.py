@@ -11,8 +11,8 @@ import pytest
 from openai.types.responses import Response
 from transformers import AutoTokenizer
 
+from testkit.servers import RunningServer, start_server
 from tests.proxy.conftest import assert_bridged_chain, fake_weather, proxy_args
-from tests.servers import RunningServer, start_server
 from veri.services.proxy.control_client import ControlClient
 
 pytestmark = pytest.mark.needs("process")

@@ -17,10 +17,10 @@ import openai
 import orjson
 import pytest
 
-from tests.core.spans import make_span
+from testkit.servers import start_server
+from testkit.spans import make_span
 from tests.proxy.conftest import proxy_args, standin
 from tests.proxy.test_app import open_session, policy_standin, proxy_client, settings_for
-from tests.servers import start_server
 from veri.core.episodes import Rule, build_episode
 from veri.core.records import SessionInfo, Span
 from veri.services.proxy.control_client import ControlClient

@@ -25,6 +25,7 @@ from pathlib import Path
 import anthropic
 import openai
 
+from testkit.servers import RunningServer, start_server
 from tests.demo.conftest import (
     CLAUDE_PAGE,
     OPENAI_PAGE,
@@ -37,7 +38,6 @@ from tests.demo.conftest import (
 )
 from tests.demo.test_codex_bundle import CODEX_PAGE
 from tests.proxy.conftest import SCRIPT, fake_weather, proxy_args
-from tests.servers import RunningServer, start_server
 from veri.core.config import RewardConfig
 from veri.core.episodes import RolloutStatus
 from veri.core.records import SessionInfo

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.servers import free_port, start_server
+from testkit.servers import free_port, start_server
 from veri.loop.collect.collect import until_proxy_answers
 from veri.services.proxy.control_client import ControlClient, ControlError
 

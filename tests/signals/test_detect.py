@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.console.archive import Tokens, record, tool_rollout, write_job
+from testkit.console_archive import Tokens, record, tool_rollout, write_job
 from veri.archive import JobArchive, step_metrics
 from veri.archive.signals import detect_archive
 from veri.core.signals import SignalsConfig

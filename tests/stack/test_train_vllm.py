@@ -22,8 +22,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from testkit.servers import free_port
 from tests.models.generation_defaults import with_generation_defaults
-from tests.servers import free_port
 from tests.stack.conftest import REPO
 from tests.stack.privileges import inspect_running, service_of, violations
 from veri.core.rollout_record import RolloutRecord

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.spans import bridged_chain, make_span
+from testkit.spans import bridged_chain, make_span
 from veri.archive import (
     ArchiveIndex,
     ArchiveInUse,

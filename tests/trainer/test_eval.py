@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.trainer.conftest import write_job
+from testkit.trainer_jobs import write_job
 from tests.trainer.test_train import veri_on_stack
 from veri.archive import ArchiveIndex, read_metrics
 from veri.services.console.app import create_app

@@ -23,8 +23,8 @@ import openai
 import pytest
 from transformers import AutoTokenizer
 
-from tests.servers import free_port, start_server
-from tests.trainer.conftest import MAX_TOKENS, write_job, write_tasks
+from testkit.servers import free_port, start_server
+from testkit.trainer_jobs import MAX_TOKENS, write_job, write_tasks
 from tests.trainer.test_train import veri_train
 from veri.archive import ArchiveIndex, read_metrics
 from veri.core.episodes import RolloutStatus, Rule, build_episode

@@ -9,7 +9,8 @@ import httpx
 import pytest
 from transformers import AutoTokenizer
 
-from tests.trainer.conftest import build_rollouts, write_job
+from testkit.trainer_jobs import write_job
+from tests.trainer.conftest import build_rollouts
 from veri.archive import JobArchive
 from veri.core.episodes import Rule
 from veri.loop.rewards import RewardScorer, load_reward_functions

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from testkit.servers import RunningServer, start_server
+from testkit.trainer_jobs import MAX_TOKENS, write_job
 from tests.models.generation_defaults import HOSTILE, with_generation_defaults
-from tests.servers import RunningServer, start_server
-from tests.trainer.conftest import MAX_TOKENS, write_job
 from tests.trainer.test_train import veri_train
 from veri.archive import ArchiveIndex, read_metrics
 

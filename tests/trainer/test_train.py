@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.trainer.conftest import write_job, write_tasks
+from testkit.trainer_jobs import write_job, write_tasks
 from veri.archive import ArchiveIndex, read_metrics
 from veri.core.episodes import RowKind
 from veri.services.policy.hf.admin_client import PolicyAdmin

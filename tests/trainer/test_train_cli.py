@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.servers import free_port
-from tests.trainer.conftest import MAX_TOKENS, write_job
+from testkit.servers import free_port
+from testkit.trainer_jobs import MAX_TOKENS, write_job
 from veri.archive import JobArchive
 from veri.cli import main
 from veri.services.launcher.errors import SandboxUnavailable

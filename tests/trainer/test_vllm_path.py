@@ -17,8 +17,9 @@ import torch
 import yaml
 from transformers import AutoTokenizer
 
-from tests.servers import free_port, start_server
-from tests.trainer.conftest import MAX_TOKENS, build_rollouts, write_job
+from testkit.servers import free_port, start_server
+from testkit.trainer_jobs import MAX_TOKENS, write_job
+from tests.trainer.conftest import build_rollouts
 from tests.trainer.records import model_logprobs
 from veri.archive import JobArchive
 from veri.core.config import JobConfig, parse_config
