@@ -20,7 +20,7 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 
-MODULE_SANDBOX = re.compile(r"^from tests\.(claude_code|codex) import|docker\.from_env", re.MULTILINE)
+MODULE_SANDBOX = re.compile(r"^from (tests|testkit)\.(claude_code|codex) import|docker\.from_env", re.MULTILINE)
 ITEM_SANDBOX = re.compile(r"docker_client|run_sandboxed|\[\"docker\"|claude_binary|codex_binary")
 # A run of a bundle whose image ships the CLI (tests/demo/conftest.py runs it with the host's binary).
 OWN_SANDBOX = re.compile(r"(run_bundle\(|bundle=BUNDLES / )\"url_extract_(claude|codex)\""

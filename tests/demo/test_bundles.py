@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tests.demo.conftest import BUNDLES, SUB_AGENT_BRIEF, image_bin, proxy_with_max_tokens, run_bundle
+from testkit.demo import BUNDLES, SUB_AGENT_BRIEF, image_bin, proxy_with_max_tokens, run_bundle
 from tests.proxy.conftest import assert_bridged_chain
 from veri.core.config import RewardConfig
 from veri.core.episodes import Effect, RowKind

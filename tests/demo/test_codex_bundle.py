@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from testkit.servers import RunningServer, start_server
-from tests.demo.conftest import (
+from testkit.demo import (
     BUNDLES,
+    CODEX_PAGE,
     answer_rule,
     fetch_rule,
     image_bin,
@@ -23,14 +23,13 @@ from tests.demo.conftest import (
     run_bundle,
     tool_call,
 )
+from testkit.servers import RunningServer, start_server
 from tests.demo.test_bundles import load_agent
 from tests.proxy.conftest import assert_bridged_chain
 from veri.core.harness import load_manifest
 from veri.core.records import SessionInfo
 from veri.services.proxy.control_client import ControlClient
 from veri.services.webfixture.pages import task
-
-CODEX_PAGE = 9  # the task the Codex-bundle tests run
 
 
 @pytest.fixture(scope="module")

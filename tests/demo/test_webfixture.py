@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 import httpx
 import pytest
 
-from tests.demo.conftest import REPO
+from testkit.demo import REPO
 from veri.core import envs
 from veri.services.webfixture.inline_tasks import LINKS_SHOWN, inline_dataset_text, inline_task
 from veri.services.webfixture.pages import (

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tests.claude_code import claude_binary
+from testkit.claude_code import claude_binary
 from tests.proxy.conftest import assert_bridged_chain
 
 pytestmark = [pytest.mark.needs("docker"), pytest.mark.slow]

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from testkit.codex import codex_binary
+from testkit.proxy_script import proxy_args
 from testkit.servers import RunningServer, start_server
-from tests.codex import codex_binary
-from tests.proxy.conftest import assert_bridged_chain, proxy_args
+from tests.proxy.conftest import assert_bridged_chain
 from veri.services.proxy.control_client import ControlClient
 
 pytestmark = [pytest.mark.needs("docker"), pytest.mark.slow]

@@ -10,9 +10,9 @@ import httpx
 import openai
 import pytest
 
+from testkit.proxy_script import proxy_args
 from testkit.servers import start_server
 from tests.prometheus import Scrape
-from tests.proxy.conftest import proxy_args
 from tests.proxy.test_app import open_session, policy_standin, proxy_client, settings_for
 from tests.proxy.test_openai_sdk import _AlternatingClients, _connections_to_each_worker, _run_tool_loop, client_for
 from veri.services.proxy.app import create_app

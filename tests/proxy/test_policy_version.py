@@ -14,8 +14,9 @@ import openai
 import pytest
 from transformers import AutoTokenizer
 
+from testkit.proxy_script import proxy_args
 from testkit.servers import free_port, start_server
-from tests.proxy.conftest import proxy_args, standin
+from tests.proxy.conftest import standin
 from veri.services.proxy.control_client import ControlClient
 
 pytestmark = pytest.mark.needs("process")

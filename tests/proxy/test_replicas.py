@@ -12,8 +12,9 @@ import httpx
 import openai
 import pytest
 
+from testkit.proxy_script import proxy_args
 from testkit.servers import start_server
-from tests.proxy.conftest import proxy_args, standin
+from tests.proxy.conftest import standin
 from veri.services.proxy.cli import register_serve, settings_from_args
 from veri.services.proxy.control_client import ControlClient
 

@@ -17,9 +17,10 @@ import openai
 import orjson
 import pytest
 
+from testkit.proxy_script import proxy_args
 from testkit.servers import start_server
 from testkit.spans import make_span
-from tests.proxy.conftest import proxy_args, standin
+from tests.proxy.conftest import standin
 from tests.proxy.test_app import open_session, policy_standin, proxy_client, settings_for
 from veri.core.episodes import Rule, build_episode
 from veri.core.records import SessionInfo, Span

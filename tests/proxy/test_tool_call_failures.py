@@ -12,8 +12,8 @@ import anthropic
 import openai
 import pytest
 
+from testkit.proxy_script import WEATHER_TOOL, proxy_args
 from testkit.servers import RunningServer, start_server
-from tests.proxy.conftest import WEATHER_TOOL, proxy_args
 from veri.archive.metrics import step_metrics
 from veri.core.episodes import RolloutStatus, build_episode
 from veri.core.records import SessionInfo, Span

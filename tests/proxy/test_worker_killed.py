@@ -14,10 +14,11 @@ import openai
 import psutil
 import pytest
 
+from testkit.proxy_script import proxy_args
 from testkit.servers import start_server
 from tests.logs import json_events, requests_logged
 from tests.prometheus import Scrape
-from tests.proxy.conftest import proxy_args, standin
+from tests.proxy.conftest import standin
 from veri.services.proxy.control_client import ControlClient
 from veri.services.proxy.timing import WORKER_PID_HEADER
 

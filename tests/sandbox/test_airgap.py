@@ -29,8 +29,8 @@ import docker
 import pytest
 import yaml
 
+from testkit.demo import answer_rule, fetch_rule, tool_call
 from testkit.servers import free_port
-from tests.demo.conftest import answer_rule, fetch_rule, tool_call
 from tests.sandbox.conftest import ROOT
 
 # Opt-in (make test-airgap): about 7 min of docker save / load, a fresh .venv and a training job,
