@@ -1,6 +1,6 @@
-"""Trainer fixtures: a harness bundle (a plain OpenAI-SDK tool loop making two calls), a policy server
-teacher-forced by rule (test-only scripted replies) so the random tiny model calls the tool and then
-answers differently per rollout, and a real capture proxy in front of it."""
+"""Trainer fixtures: a policy server teacher-forced by rule (test-only scripted replies) so the random tiny
+model calls the tool and then answers differently per rollout, and a real capture proxy in front of it.
+The job they serve (its harness bundle, tasks and reward) is testkit/trainer_jobs.py, which bench/ runs too."""
 
 from __future__ import annotations
 
