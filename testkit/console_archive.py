@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from tests.core.spans import make_span
+from testkit.spans import make_span
 from veri.archive import JobArchive, step_metrics
 from veri.core.episodes import RolloutStatus, Rule, Verdict, build_episode
 from veri.core.launch import LaunchResult

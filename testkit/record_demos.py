@@ -1,6 +1,6 @@
 """Re-record the checked-in recordings (tests/replay/recordings/) from real runs.
 
-    .venv/bin/python -m tests.replay.record_demos [NAME ...]     (names: see DEMOS; default: all)
+    .venv/bin/python -m testkit.record_demos [NAME ...]     (names: see DEMOS; default: all)
 
 Starts what tests/demo/ starts (the web fixture, `veri serve policy` on the tiny model with scripted
 replies, `veri serve proxy --record-requests`), runs each harness unmodified against it (the demo
@@ -25,8 +25,9 @@ from pathlib import Path
 import anthropic
 import openai
 
-from tests.demo.conftest import (
+from testkit.demo import (
     CLAUDE_PAGE,
+    CODEX_PAGE,
     OPENAI_PAGE,
     SUB_AGENT_PAGE,
     answer_rule,
@@ -35,9 +36,8 @@ from tests.demo.conftest import (
     sub_agent_rules,
     tool_call,
 )
-from tests.demo.test_codex_bundle import CODEX_PAGE
-from tests.proxy.conftest import SCRIPT, fake_weather, proxy_args
-from tests.servers import RunningServer, start_server
+from testkit.proxy_script import SCRIPT, fake_weather, proxy_args
+from testkit.servers import RunningServer, start_server
 from veri.core.config import RewardConfig
 from veri.core.episodes import RolloutStatus
 from veri.core.records import SessionInfo
@@ -46,8 +46,8 @@ from veri.services.webfixture.inline_tasks import inline_task
 from veri.services.webfixture.pages import task
 from veri.tools.replay.recording import Recording, record_rollout
 
-REPO = Path(__file__).resolve().parents[2]
-RECORDINGS = Path(__file__).resolve().parent / "recordings"
+REPO = Path(__file__).resolve().parents[1]
+RECORDINGS = REPO / "tests" / "replay" / "recordings"
 URL_REWARD = REPO / "config/rewards/url_extract.py"
 WEATHER = {
     "name": "get_weather",
@@ -75,7 +75,7 @@ def bundle_demo(bundle: str, row: dict, name: str | None = None
             return record_rollout(control, session.rollout_id, name=name, task=row,
                                   rewards=[RewardConfig(file=URL_REWARD, function="reward")],
                                   outputs=run.output_dir, status=RolloutStatus.COMPLETED, exit_code=0,
-                                  note="python -m tests.replay.record_demos " + name)
+                                  note="python -m testkit.record_demos " + name)
     return record
 
 
@@ -100,7 +100,7 @@ def anthropic_tool_loop(session: SessionInfo) -> None:
 def anthropic_sdk(proxy: RunningServer, control: ControlClient, session: SessionInfo) -> Recording:
     anthropic_tool_loop(session)
     return record_rollout(control, session.rollout_id, name="anthropic_sdk",
-                          note="python -m tests.replay.record_demos anthropic_sdk")
+                          note="python -m testkit.record_demos anthropic_sdk")
 
 
 def anthropic_compacting_loop(session: SessionInfo) -> None:
@@ -132,7 +132,7 @@ def anthropic_compacting_loop(session: SessionInfo) -> None:
 def anthropic_compaction(proxy: RunningServer, control: ControlClient, session: SessionInfo) -> Recording:
     anthropic_compacting_loop(session)
     return record_rollout(control, session.rollout_id, name="anthropic_compaction",
-                          note="python -m tests.replay.record_demos anthropic_compaction")
+                          note="python -m testkit.record_demos anthropic_compaction")
 
 
 RESPONSES_WEATHER = {"type": "function", **{key: WEATHER[key] for key in ("name", "description")},
@@ -160,7 +160,7 @@ def responses_tool_loop(session: SessionInfo) -> None:
 def openai_responses(proxy: RunningServer, control: ControlClient, session: SessionInfo) -> Recording:
     responses_tool_loop(session)
     return record_rollout(control, session.rollout_id, name="openai_responses",
-                          note="python -m tests.replay.record_demos openai_responses")
+                          note="python -m testkit.record_demos openai_responses")
 
 
 # Run by the trained-fraction bench (bench/trained_fraction.py), not recorded: one call, no tool.

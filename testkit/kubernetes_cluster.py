@@ -30,7 +30,7 @@ from typing import IO, TYPE_CHECKING
 if TYPE_CHECKING:
     import kubernetes.client
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 K8S_BUILD = REPO / "build" / "k8s"
 K8S_BIN = K8S_BUILD / "bin"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
