@@ -76,6 +76,7 @@ def _verify(task: Path, tmp_path: Path, *, solve: bool) -> str:
     return (logs / "verifier/reward.txt").read_text().strip()
 
 
+@pytest.mark.needs("process")
 @pytest.mark.parametrize("task", _task_folders(), ids=lambda path: f"{path.parent.name}/{path.name}")
 def test_the_solution_scores_1_and_doing_nothing_0(task: Path, tmp_path: Path):
     assert _verify(task, tmp_path / "oracle", solve=True) == "1"
