@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from veri.tools.tasks.verifier_tools import VerifierToolsError, verifier_env, verifier_tools
+from veri.services.launcher.task_runtime.verifier_tools import VerifierToolsError, verifier_env, verifier_tools
 
 
 def vendored(tmp_path: Path) -> Path:
@@ -44,3 +44,24 @@ def test_the_variables_put_the_shims_first_and_uv_offline_on_veris_python():
     assert env["UV_OFFLINE"] == "1" and env["UV_NO_CONFIG"] == "1" and env["PIP_NO_INDEX"] == "1"
     assert env["UV_PYTHON"] == "/veri/rt/bin/python3" and env["UV_PYTHON_DOWNLOADS"] == "never"
     assert env["HOME"].startswith("/veri/verify/") and env["UV_CACHE_DIR"].startswith("/veri/verify/")
+
+
+def test_the_launchers_verifier_runs_test_sh_with_exactly_these_variables():
+    # One list: what services/launcher/verifier.py gives test.sh is verifier_env's (PATH and HOME aside,
+    # which it sets from the task's PATH and in its script), with and without a runtime tree mounted.
+    from veri.services.launcher import verifier
+
+    for runtime in (True, False):
+        expected = {k: v for k, v in verifier_env(runtime=runtime).items() if k not in ("PATH", "HOME")}
+        assert verifier.tools_env(True, runtime) == expected
+    assert "UV_PYTHON" not in verifier.tools_env(True, False)
+    assert verifier.path_for_tests("/bin", {}, {}, True) == verifier_env("/bin")["PATH"]
+    assert verifier.tools_env(False, True) == {}
+
+
+def test_the_launcher_owns_the_trees_it_mounts():
+    # The launcher (services/) builds and mounts these trees; `veri tasks` (tools/, above it) only drives them.
+    import veri.services.launcher.task_runtime.runtime as runtime
+
+    assert runtime.__name__.startswith("veri.services.launcher.")
+    assert (Path(verifier_env.__code__.co_filename).parent / "shims" / "apt-get").is_file()

@@ -333,7 +333,7 @@ def _verify(backend: DockerBackend, container: Any, task: TaskEnvironment, image
         return VerifierResult(error=VerifierError.ERROR, message=offline)
     nonce = secrets.token_hex(16)
     own_tools = bool(task.runtime_tree) and os.access(Path(task.runtime_tree or "") / "bin" / "setpriv", os.X_OK)
-    setup_path = f"{verifier.RUNTIME_MOUNT}/bin:{verifier.SYSTEM_PATH}" if own_tools else verifier.SYSTEM_PATH
+    setup_path = f"{RUNTIME_MOUNT}/bin:{verifier.SYSTEM_PATH}" if own_tools else verifier.SYSTEM_PATH
     env = {**verifier.tools_env(bool(task.tools_dir), bool(task.runtime_tree)), **task.verifier_env,
            "PATH": verifier.path_for_tests(image.path, task.env, task.verifier_env, bool(task.tools_dir))}
     command = verifier.command(nonce, image.workdir, task.verifier_timeout_s, task.verifier_user or image.user,

@@ -22,14 +22,8 @@ from typing import Any
 
 from veri.core import egress
 from veri.core.launch import SandboxLimits, TaskEnvironment
-from veri.services.launcher.verifier import (
-    RUNTIME_MOUNT,
-    SCRATCH_MOUNT,
-    SYSTEM_PATH,
-    TESTS_MOUNT,
-    TOOLS_MOUNT,
-    VERIFIER_LOGS,
-)
+from veri.services.launcher.task_runtime.layout import RUNTIME_MOUNT, TOOLS_MOUNT
+from veri.services.launcher.verifier import SCRATCH_MOUNT, SYSTEM_PATH, TESTS_MOUNT, VERIFIER_LOGS
 
 LOGS_ROOT = "/logs"
 AGENT_LOGS = "/logs/agent"  # the harness's stdout and stderr (the agent's own: only log tails come from here)

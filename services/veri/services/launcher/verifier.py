@@ -27,12 +27,11 @@ from dataclasses import dataclass
 
 from veri.core.episodes import VerifierError
 from veri.core.launch import VerifierResult
+from veri.services.launcher.task_runtime.verifier_tools import verifier_env
 
 TESTS_MOUNT = "/tests"
 VERIFIER_LOGS = "/logs/verifier"
 SCRATCH_MOUNT = "/veri/verify"  # the verifier's private HOME and caches (a fresh tmpfs per verification)
-TOOLS_MOUNT = "/veri/tools"
-RUNTIME_MOUNT = "/veri/rt"
 REWARD_FILE_MAX = 64 * 1024
 FILES_TAR_MAX = 8 << 20  # /logs/verifier's tar, before base64
 FILE_TEXT_MAX = 256 * 1024  # each file kept in VerifierResult.files (its tail)
@@ -92,23 +91,20 @@ def command(nonce: str, workdir: str, timeout_s: float, user: str | None, setup_
             f"{max(1, math.ceil(timeout_s))}", user or "", setup_path]
 
 
-def path_for_tests(image_path: str | None, task_env: dict[str, str], verifier_env: dict[str, str],
-              tools: bool) -> str:
+def path_for_tests(image_path: str | None, task_env: dict[str, str], verifier_env_: dict[str, str],
+                   tools: bool) -> str:
     """test.sh's PATH: the task's (verifier env, then task env, then image), veri's offline tools first."""
-    path = verifier_env.get("PATH") or task_env.get("PATH") or image_path or SYSTEM_PATH
-    return f"{TOOLS_MOUNT}/shims:{TOOLS_MOUNT}/bin:{path}" if tools else path
+    path = verifier_env_.get("PATH") or task_env.get("PATH") or image_path or SYSTEM_PATH
+    return verifier_env(path, scratch=SCRATCH_MOUNT)["PATH"] if tools else path
 
 
 def tools_env(tools: bool, runtime: bool) -> dict[str, str]:
-    """Variables that keep uv and pip offline and on veri's vendored wheels (tools mounted)."""
+    """Variables that keep uv and pip offline and on veri's vendored wheels (tools mounted): verifier_env's,
+    less PATH (path_for_tests) and HOME (the script sets it)."""
     if not tools:
         return {}
-    env = {"UV_OFFLINE": "1", "UV_NO_CONFIG": "1", "UV_FIND_LINKS": f"{TOOLS_MOUNT}/wheels",
-           "UV_CACHE_DIR": f"{SCRATCH_MOUNT}/uv-cache", "UV_PYTHON_DOWNLOADS": "never", "PIP_NO_INDEX": "1",
-           "PIP_FIND_LINKS": f"{TOOLS_MOUNT}/wheels", "DEBIAN_FRONTEND": "noninteractive"}
-    if runtime:  # the Python uv uses: veri's, which the agent cannot replace
-        env["UV_PYTHON"] = f"{RUNTIME_MOUNT}/bin/python3"
-    return env
+    env = verifier_env(scratch=SCRATCH_MOUNT, runtime=runtime)
+    return {name: value for name, value in env.items() if name not in ("PATH", "HOME")}
 
 
 @dataclass(frozen=True)

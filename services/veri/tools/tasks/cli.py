@@ -56,7 +56,7 @@ def _check(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     from veri.tools.tasks.build import TaskBuildError, build_tasks, parse_image_map
     from veri.tools.tasks.folders import NoTasksError, task_folders
-    from veri.tools.tasks.layout import default_vendor_dir
+    from veri.services.launcher.task_runtime.layout import default_vendor_dir
 
     try:
         tags = build_tasks(task_folders(args.paths), args.vendor or default_vendor_dir(),
@@ -71,7 +71,7 @@ def _build(args: argparse.Namespace) -> int:
 
 def _vendor(args: argparse.Namespace) -> int:
     from veri.tools.tasks.folders import NoTasksError, task_folders
-    from veri.tools.tasks.layout import default_vendor_dir
+    from veri.services.launcher.task_runtime.layout import default_vendor_dir
     from veri.tools.tasks.vendor import VendorError, vendor_tasks
 
     out = args.out or default_vendor_dir()

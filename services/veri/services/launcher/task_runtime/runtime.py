@@ -30,7 +30,7 @@ from typing import Any
 
 import docker
 
-from veri.tools.tasks.layout import RUNTIME_MOUNT, default_build_dir
+from veri.services.launcher.task_runtime.layout import RUNTIME_MOUNT, default_build_dir
 
 TREE_VERSION = "2"  # bump when the tree's layout changes: every bundle's tree is then rebuilt
 LOADER = "ld-linux-x86-64.so.2"

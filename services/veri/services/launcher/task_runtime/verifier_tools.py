@@ -17,7 +17,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from veri.tools.tasks.layout import RUNTIME_MOUNT, TOOLS_MOUNT, default_build_dir
+from veri.services.launcher.task_runtime.layout import RUNTIME_MOUNT, TOOLS_MOUNT, default_build_dir
 
 SHIMS = Path(__file__).resolve().parent / "shims"
 TOOLS_VERSION = "1"  # bump when the tree's layout changes
@@ -80,21 +80,24 @@ def verifier_tools(vendor: Path, *, build_dir: Path | None = None) -> Path:
 
 
 def verifier_env(image_path: str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", *,
-                 scratch: str = "/veri/verify") -> dict[str, str]:
+                 scratch: str = "/veri/verify", runtime: bool = True) -> dict[str, str]:
     """The variables test.sh runs with: veri's shims and uv first on PATH (then the image's own PATH),
-    uv and pip offline on the vendored wheels, with veri's Python (the runtime tree's: the same in every
-    task, and one the agent cannot replace), HOME and the uv cache in the verifier's private scratch
-    folder, and a `uv.toml` the agent planted ignored."""
-    return {
+    uv and pip offline on the vendored wheels, with veri's Python (the runtime tree's, when one is mounted
+    (`runtime`): the same in every task, and one the agent cannot replace), HOME and the uv cache in the
+    verifier's private scratch folder, and a `uv.toml` the agent planted ignored. The one list: the
+    launcher's verifier (services/launcher/verifier.py) runs test.sh with exactly these."""
+    env = {
         "PATH": f"{TOOLS_MOUNT}/shims:{TOOLS_MOUNT}/bin:{image_path}",
         "HOME": f"{scratch}/home",
         "UV_OFFLINE": "1",
         "UV_NO_CONFIG": "1",
         "UV_FIND_LINKS": f"{TOOLS_MOUNT}/wheels",
-        "UV_PYTHON": f"{RUNTIME_MOUNT}/bin/python3",
         "UV_PYTHON_DOWNLOADS": "never",
         "UV_CACHE_DIR": f"{scratch}/uv-cache",
         "PIP_NO_INDEX": "1",
         "PIP_FIND_LINKS": f"{TOOLS_MOUNT}/wheels",
         "DEBIAN_FRONTEND": "noninteractive",
     }
+    if runtime:
+        env["UV_PYTHON"] = f"{RUNTIME_MOUNT}/bin/python3"
+    return env
