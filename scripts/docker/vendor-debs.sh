@@ -46,10 +46,14 @@ echo "vendor-debs: $OUT ($*, from $MIRROR $SUITE)"
 "${apt[@]}" update >"$tmp/apt.log" 2>&1 || { tail -20 "$tmp/apt.log" >&2; exit 1; }
 "${apt[@]}" install -y --download-only "$@" >>"$tmp/apt.log" 2>&1 || { tail -20 "$tmp/apt.log" >&2; exit 1; }
 mkdir "$tmp/out"
-mv "$tmp"/archives/*.deb "$tmp/out/"
+# Nothing to download (the base already has every package asked for) leaves an empty, valid set.
+shopt -s nullglob
+debs=("$tmp"/archives/*.deb)
+[ ${#debs[@]} -eq 0 ] || mv "${debs[@]}" "$tmp/out/"
 # apt names epoch'd versions with %3a, which would be unquoted on the way over HTTP: use _.
 for f in "$tmp"/out/*%3a*.deb; do [ -e "$f" ] && mv "$f" "${f//%3a/_}"; done
-(cd "$tmp/out" && ls -- *.deb >packages.txt && sha256sum -- *.deb >lock.txt)
+(cd "$tmp/out" && debs=(*.deb) && printf '%s\n' "${debs[@]}" | sed '/^$/d' >packages.txt \
+  && { [ ${#debs[@]} -eq 0 ] || sha256sum -- "${debs[@]}"; } >lock.txt)
 printf '%s\n' "$inputs" >"$tmp/out/.inputs"
 chmod 755 "$tmp/out"
 rm -rf "$OUT" && mv "$tmp/out" "$OUT"

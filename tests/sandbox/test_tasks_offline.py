@@ -21,11 +21,11 @@ from tests.sandbox.conftest import (
     claude_code_version,
     unavailable,
 )
-from veri.tools.tasks.build import TASK_BASE, TaskBuildError, build_tasks
 from veri.services.launcher.task_runtime.layout import RUNTIME_MOUNT, TOOLS_MOUNT
 from veri.services.launcher.task_runtime.runtime import runtime_tree
-from veri.tools.tasks.vendor import VendorError, vendor_tasks
 from veri.services.launcher.task_runtime.verifier_tools import verifier_env, verifier_tools
+from veri.tools.tasks.build import TASK_BASE, TaskBuildError, build_tasks
+from veri.tools.tasks.vendor import VendorError, vendor_tasks
 
 OS_BASE = "veri/os-base"
 DOCKERFILE = """FROM ubuntu:24.04

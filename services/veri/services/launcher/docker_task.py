@@ -38,6 +38,7 @@ from veri.services.launcher.docker_exec import PrivilegedExec
 from veri.services.launcher.errors import ImageProblem
 from veri.services.launcher.outputs import enforce_output_cap, hand_back, prepare_output
 from veri.services.launcher.tails import Tail
+from veri.services.launcher.task_runtime.layout import RUNTIME_MOUNT
 
 if TYPE_CHECKING:
     from veri.services.launcher.docker_backend import DockerBackend

@@ -32,6 +32,26 @@ def register(commands: argparse._SubParsersAction) -> None:
     build.add_argument("--vendor", type=Path, default=None, help="vendored inputs (default: vendor/tasks/)")
     build.add_argument("--prefix", default="veri", help="image name prefix (default: veri)")
     build.set_defaults(func=_build)
+    oracle = kinds.add_parser(
+        "oracle", help="run each task's solution/solve.sh as the agent (or nothing: --agent nop) in its sandbox "
+                       "under runsc, then its tests; one line per task with its reward",
+        description="Build each task's image (cached, as `veri tasks build`), run solution/solve.sh as the "
+                    "agent through the docker backend's task sandbox (runsc), then the task's tests by the "
+                    "verifier, as training does. Exits 1 when a task's oracle scores below 1 (every reward.json "
+                    "key counts) or its verification failed, saying why; with --agent nop the tests must run "
+                    "(a nop scoring above 0 is a warning: the tests check too little).")
+    oracle.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                        help="a task folder (environment/Dockerfile) or a folder of them")
+    oracle.add_argument("--agent", choices=["oracle", "nop"], default="oracle",
+                        help="oracle: the task's solution/solve.sh (default); nop: nothing")
+    oracle.add_argument("--image-map", action="append", default=[], metavar="FROM=LOCAL",
+                        help="build on LOCAL where a Dockerfile says FROM (repeatable), as `veri tasks build`")
+    oracle.add_argument("--vendor", type=Path, default=None, help="vendored inputs (default: vendor/tasks/)")
+    oracle.add_argument("--runtime-image", default="veri/base",
+                        help="the image whose runtime tree is mounted at /veri/rt (the verifier's uv runs its "
+                             "Python; default veri/base)")
+    oracle.add_argument("--parallel", type=int, default=4, help="tasks run at once (default 4)")
+    oracle.set_defaults(func=_oracle)
     vendor = kinds.add_parser(
         "vendor", help="download (online, once) what the tasks' builds and verifiers fetch into vendor/tasks/",
         description="Read each task's <task>/environment/Dockerfile (apt-get install, pip install X==V) and "
@@ -54,9 +74,9 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
+    from veri.services.launcher.task_runtime.layout import default_vendor_dir
     from veri.tools.tasks.build import TaskBuildError, build_tasks, parse_image_map
     from veri.tools.tasks.folders import NoTasksError, task_folders
-    from veri.services.launcher.task_runtime.layout import default_vendor_dir
 
     try:
         tags = build_tasks(task_folders(args.paths), args.vendor or default_vendor_dir(),
@@ -69,9 +89,32 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _vendor(args: argparse.Namespace) -> int:
-    from veri.tools.tasks.folders import NoTasksError, task_folders
+def _oracle(args: argparse.Namespace) -> int:
     from veri.services.launcher.task_runtime.layout import default_vendor_dir
+    from veri.services.launcher.task_runtime.runtime import RuntimeTreeError
+    from veri.tools.tasks.build import TaskBuildError, parse_image_map
+    from veri.tools.tasks.folders import NoTasksError, task_folders
+    from veri.tools.tasks.oracle import run_oracle
+    from veri.tools.tasks.prepare import prepare_tasks
+
+    try:
+        prepared = prepare_tasks(task_folders(args.paths), args.vendor or default_vendor_dir(),
+                                 image_map=parse_image_map(args.image_map), runtime_image=args.runtime_image)
+    except (TaskBuildError, NoTasksError, RuntimeTreeError) as error:
+        print(f"veri tasks oracle: {error}", file=sys.stderr)
+        return 2
+    lines = run_oracle(prepared, agent=args.agent, max_parallel=args.parallel)
+    for line in lines:
+        print(line.text(args.agent))
+    failed = [line.task for line in lines if not line.passed(args.agent)]
+    print(f"{args.agent}: {len(lines) - len(failed)} of {len(lines)} tasks passed"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def _vendor(args: argparse.Namespace) -> int:
+    from veri.services.launcher.task_runtime.layout import default_vendor_dir
+    from veri.tools.tasks.folders import NoTasksError, task_folders
     from veri.tools.tasks.vendor import VendorError, vendor_tasks
 
     out = args.out or default_vendor_dir()

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import httpx
 
-from veri.tools.tasks.build_proxy import DEBIAN_HOST
 from veri.services.launcher.task_runtime.layout import checkout_root
+from veri.tools.tasks.build_proxy import DEBIAN_HOST
 from veri.tools.tasks.lines import Wants, dockerfile_wants, script_wants
 
 UV_VERSION = "0.13.9"  # the static uv/uvx the verifier runs (PyPI's musllinux wheel of `uv`)
