@@ -90,6 +90,9 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _oracle(args: argparse.Namespace) -> int:
+    import logging
+
+    from veri.infra.logging import configure_service_logging
     from veri.services.launcher.task_runtime.layout import default_vendor_dir
     from veri.services.launcher.task_runtime.runtime import RuntimeTreeError
     from veri.tools.tasks.build import TaskBuildError, parse_image_map
@@ -97,6 +100,7 @@ def _oracle(args: argparse.Namespace) -> int:
     from veri.tools.tasks.oracle import run_oracle
     from veri.tools.tasks.prepare import prepare_tasks
 
+    configure_service_logging("tasks", level=logging.WARNING)  # stdout is the report; the launcher's notes to stderr
     try:
         prepared = prepare_tasks(task_folders(args.paths), args.vendor or default_vendor_dir(),
                                  image_map=parse_image_map(args.image_map), runtime_image=args.runtime_image)

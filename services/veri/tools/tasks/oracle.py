@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from veri.core import envs
 from veri.core.episodes import VerifierError
 from veri.core.harbor_task import check_task, load_task
 from veri.core.launch import AgentKind, GroupLaunch, LaunchResult, RolloutLaunch, task_environment
 from veri.core.problems import ProblemsError
 from veri.services.launcher.docker_backend import DEFAULT_NETWORK, DockerBackend, ensure_rollouts_network
+from veri.services.launcher.docker_egress import network_names
 from veri.services.launcher.group import run_group
 
 DEFAULT_AGENT_TIMEOUT_S = 600.0  # a task without [agent] timeout_sec
@@ -95,7 +98,9 @@ def run_oracle(prepared: dict[str, dict[str, str | None]], *, agent: AgentKind, 
         import docker
 
         client = docker.from_env(timeout=120)
-        network = ensure_rollouts_network(client, network or DEFAULT_NETWORK).name
+        network = network or os.environ.get(envs.VERI_ROLLOUTS_NETWORK) or DEFAULT_NETWORK
+        for name in (network, network_names(network)["none"], network_names(network)["allowlist"]):
+            ensure_rollouts_network(client, name)  # a task's network_mode picks one (compose.yaml makes them too)
         backend = DockerBackend(network=network, client=client, launcher_id=f"tasks-{agent}")
         try:
             with tempfile.TemporaryDirectory(prefix="veri-oracle-") as out:
