@@ -25,6 +25,7 @@ from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch, SandboxLi
 from veri.core.records import SessionInfo, Span
 from veri.core.rollout_record import RolloutRecord
 from veri.infra.http import HttpCallError
+from veri.loop.collect.harbor import task_env_for
 from veri.loop.collect.runner import RolloutRunner
 from veri.services.proxy.control_client import ControlClient
 
@@ -45,6 +46,9 @@ class LaunchSettings:
     max_parallel: int  # sandboxes running at once, over the whole batch
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     labels: dict[str, str] = field(default_factory=dict)
+    # A Harbor dataset's tasks, resolved at the job's start (tools/tasks/prepare.py): {folder: {"image",
+    # "runtime_tree", "tools_dir", "harness_command"}}. A row with a task folder runs in that task's image.
+    harbor_tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -154,7 +158,8 @@ class GroupCollector:
         labels = {**self.settings.labels, "step": str(step), "task_index": str(task_index),
                   "rollout_index": str(index)}
         return RolloutLaunch(rollout_id=session.rollout_id, image=self.settings.image, env=env,
-                             timeout_s=self.settings.timeout_s, limits=self.settings.limits, labels=labels)
+                             timeout_s=self.settings.timeout_s, limits=self.settings.limits, labels=labels,
+                             task_env=task_env_for(task, self.settings.harbor_tasks))
 
     def _record(
         self, step: int, task_index: int, task: dict[str, Any], index: int, result: LaunchResult, spans: list[Span]

@@ -10,6 +10,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from veri.core import envs
 from veri.core.episodes import VerifierError
@@ -71,7 +72,7 @@ def line_of(task: str, result: LaunchResult) -> OracleLine:
     return OracleLine(task, _reward(verified.rewards, verified.reward), dict(verified.rewards), "")
 
 
-def run_oracle(prepared: dict[str, dict[str, str | None]], *, agent: AgentKind, max_parallel: int = 4,
+def run_oracle(prepared: dict[str, dict[str, Any]], *, agent: AgentKind, max_parallel: int = 4,
                network: str | None = None) -> list[OracleLine]:
     """Run each prepared task (tools/tasks/prepare.py) once with `agent`; one line each, in order."""
     launches, names, problems = [], {}, {}

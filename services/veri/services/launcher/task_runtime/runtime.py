@@ -30,6 +30,7 @@ from typing import Any
 
 import docker
 
+from veri.core.harness import SCRIPT_SUFFIXES
 from veri.services.launcher.task_runtime.layout import RUNTIME_MOUNT, default_build_dir
 
 TREE_VERSION = "2"  # bump when the tree's layout changes: every bundle's tree is then rebuilt
@@ -149,3 +150,24 @@ def runtime_tree(bundle_image: str, *, build_dir: Path | None = None, client: An
     if (out / ".complete").is_file():
         return out
     return build_runtime_tree(bundle_image, out, client, log)
+
+
+# What the tree holds under bin/ that a bundle's entrypoint may name by its bare name.
+TREE_PROGRAMS = {"python": "python3", "python3": "python3", "claude": "claude", "codex": "codex"}
+
+
+def harness_command(entrypoint: list[str]) -> list[str]:
+    """A bundle's entrypoint (run from /harness in its own image) as it runs inside a task's image from the
+    runtime tree: the program from /veri/rt/bin, the bundle's files at /veri/rt/harness, so the harness's
+    working directory can stay the task's (its commands act on the task's files). A shell snippet is
+    kept as written (its words are the shell's; /veri/rt/bin is last on its PATH)."""
+    if not entrypoint:
+        raise ValueError("an empty entrypoint")
+    program, *args = entrypoint
+    name = TREE_PROGRAMS.get(program) or (program if program.startswith("python3.") else None)
+    command = [f"{RUNTIME_MOUNT}/bin/{name}" if name else program]
+    for arg in args:
+        looks_like_file = not any(c.isspace() for c in arg) and not arg.startswith(("-", "/")) and (
+            arg.startswith("./") or arg.endswith(SCRIPT_SUFFIXES))
+        command.append(f"{RUNTIME_MOUNT}/harness/{arg.removeprefix('./')}" if looks_like_file else arg)
+    return command
