@@ -25,7 +25,8 @@ MAP = ["--image-map", "ubuntu:24.04=veri/task-os-base", "--image-map", "python:3
 @pytest.fixture(scope="module")
 def vendor(docker_client) -> Path:
     out = ROOT / "build" / "tasks" / "test-vendor-oracle"
-    inputs = "".join((task / name).read_text() for task in TASKS for name in ("environment/Dockerfile", "tests/test.sh"))
+    names = ("environment/Dockerfile", "tests/test.sh")
+    inputs = "".join((task / name).read_text() for task in TASKS for name in names)
     done = out / ".vendored"
     if done.is_file() and done.read_text() == inputs:
         return out

@@ -135,6 +135,9 @@ def _register_run(commands: argparse._SubParsersAction) -> None:
     source = command.add_mutually_exclusive_group(required=True)
     source.add_argument("--task", help="one task as JSON (a dataset row, or just a prompt)")
     source.add_argument("--dataset", type=Path, help="JSONL dataset; pick the row with --index")
+    source.add_argument("--task-dir", type=Path, help="a Harbor task folder: the harness runs in the task's own "
+                        "image (built offline, cached; the bundle's runtime tree mounted at /veri/rt), then the "
+                        "task's tests score each rollout (docs/harbor-tasks.md); needs --sandbox docker")
     command.add_argument("--index", type=int, default=0, help="with --dataset: the row (0-based)")
     command.add_argument("-n", type=int, default=1, help="rollouts to run (one GRPO group)")
     command.add_argument("--out", type=Path, default=None, help="where rollout records go")
@@ -159,6 +162,10 @@ def _register_run(commands: argparse._SubParsersAction) -> None:
                          help="the job's harness_timeout_s: a rollout is killed after this many seconds"
                               " (default: a job's, %(default)s)")
     command.add_argument("--no-up", action="store_true", help="never start the stack")
+    command.add_argument("--image-map", action="append", default=[], metavar="FROM=LOCAL",
+                         help="--task-dir: build on LOCAL where its Dockerfile says FROM (as `veri tasks build`)")
+    command.add_argument("--vendor", type=Path, default=None,
+                         help="--task-dir: vendored inputs (default vendor/tasks/; `veri tasks vendor`)")
     command.set_defaults(func=_run)
 
 
@@ -172,21 +179,26 @@ def _run(args: argparse.Namespace) -> int:
         RunOptions,
         default_control_token,
         default_out,
+        harbor_task_row,
         load_task,
         run,
         summary_rows,
     )
+    from veri.tools.tasks.build import TaskBuildError, parse_image_map
 
     out = (args.out or default_out()).resolve()
     try:
+        task_dir = args.task_dir.resolve() if args.task_dir else None
+        task = harbor_task_row(task_dir) if task_dir else load_task(args.task, args.dataset, args.index)
         options = RunOptions(
-            bundle=args.bundle.resolve(), task=load_task(args.task, args.dataset, args.index), task_index=args.index,
+            bundle=args.bundle.resolve(), task=task, task_index=args.index,
             n=args.n, out=out, sandbox=args.sandbox, proxy_url=args.proxy_url.rstrip("/"),
             control_token=default_control_token(), model_name=args.model_name, max_turns=args.max_turns,
             timeout_s=args.timeout, start_stack=not args.no_up, launcher_url=args.launcher_url.rstrip("/"),
+            task_dir=task_dir, image_map=parse_image_map(args.image_map), vendor=args.vendor,
         )
         collected = run(options)
-    except (RunHarnessError, ManifestError) as error:
+    except (RunHarnessError, ManifestError, TaskBuildError) as error:
         print(f"veri run-harness: {error}", file=sys.stderr)
         return 1
     console = Console(width=max(140, shutil.get_terminal_size().columns))
@@ -202,6 +214,8 @@ def _run(args: argparse.Namespace) -> int:
     for row in rows:
         if row["hosted_tools"]:
             console.print(f"rollout {row['rollout']}: {row['hosted_tools']}", markup=False)
+        if row["verifier"]:
+            console.print(f"rollout {row['rollout']}: {row['verifier']}", markup=False)
         if row["stderr_tail"]:
             console.print(f"[dim]rollout {row['rollout']} stderr:[/dim] {row['stderr_tail']}")
     console.print(f"records: {out}  (inspect one: veri debug {out}/task-{args.index}/rollout-0.json)")

@@ -14,13 +14,14 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from veri.core import envs
+from veri.core.harbor_task import TASK_DIR_COLUMN
 from veri.core.harness import load_manifest
 from veri.core.launch import GroupLaunch, LaunchResult, SandboxLimits
 from veri.core.rollout_record import RolloutRecord
@@ -53,6 +54,9 @@ class RunOptions:
     timeout_s: float
     start_stack: bool
     launcher_url: str | None = None  # sandbox launcher: the stack's launcher service
+    task_dir: Path | None = None  # a Harbor task folder: the group runs in its environment, then its verifier
+    image_map: dict[str, str] = field(default_factory=dict)  # --task-dir: its Dockerfile's FROM mapped
+    vendor: Path | None = None  # --task-dir: vendored inputs (default vendor/tasks/)
 
 
 def ensure_stack(options: RunOptions) -> bool:
@@ -100,7 +104,8 @@ def run(options: RunOptions) -> list[CollectedRollout]:
                              if backend is None else BackendRunner(backend, options.out / "outputs"))
     settings = LaunchSettings(image=image, model_name=options.model_name, max_turns=options.max_turns,
                               timeout_s=options.timeout_s, max_parallel=options.n, limits=SandboxLimits(),
-                              labels={"job": "run-harness", "bundle": manifest.name})
+                              labels={"job": "run-harness", "bundle": manifest.name},
+                              harbor_tasks=harbor_tasks(options, image, manifest.entrypoint))
     collector = GroupCollector(control, runner, settings, max_response_length=1 << 30)
     try:
         collected = asyncio.run(collector.collect(step=0, task_index=options.task_index, task=options.task,
@@ -111,6 +116,26 @@ def run(options: RunOptions) -> list[CollectedRollout]:
     for rollout in collected:
         write_record(options.out, rollout)
     return collected
+
+
+def harbor_tasks(options: RunOptions, image: str, entrypoint: list[str]) -> dict[str, dict[str, Any]]:
+    """--task-dir: the task's image built (cached), the bundle image's runtime tree and the verifier's tools
+    (tools/tasks/prepare.py); nothing otherwise."""
+    if options.task_dir is None:
+        return {}
+    if options.sandbox != "docker":
+        raise RunHarnessError(f"--task-dir runs the harness in the task's own image, which only the docker backend "
+                              f"does: use --sandbox docker (not {options.sandbox})")
+    from veri.services.launcher.task_runtime.layout import default_vendor_dir
+    from veri.services.launcher.task_runtime.runtime import RuntimeTreeError
+    from veri.tools.tasks.build import TaskBuildError
+    from veri.tools.tasks.prepare import prepare_tasks
+
+    try:
+        return prepare_tasks([options.task_dir], options.vendor or default_vendor_dir(), image_map=options.image_map,
+                             runtime_image=image, entrypoint=entrypoint)
+    except (TaskBuildError, RuntimeTreeError) as error:
+        raise RunHarnessError(str(error)) from None
 
 
 def _backend(sandbox: str) -> SandboxBackend:
@@ -191,8 +216,39 @@ def summary_rows(collected: list[CollectedRollout]) -> list[dict[str, Any]]:
             "hosted_tools": hosted_tools_line(record.spans),
             "answer": final_answer(rollout),
             "stderr_tail": "\n".join(rollout.launch.stderr_tail.strip().splitlines()[-3:]),
+            "verifier": verifier_line(rollout),
         })
     return rows
+
+
+def verifier_line(rollout: CollectedRollout) -> str:
+    """A Harbor task's verification: `verifier reward: X` (and each reward.json key), or why there is none;
+    "" for a rollout with no task verifier."""
+    verified = rollout.launch.verifier
+    if verified is None:
+        return "" if rollout.record.task.get(TASK_DIR_COLUMN) is None else \
+            f"verifier: did not run ({rollout.launch.infrastructure_error or rollout.launch.status})"
+    if verified.error.value != "none":
+        return f"verifier: {verified.error.value}: {verified.message}"
+    keys = " ".join(f"{key}={value:g}" for key, value in sorted(verified.rewards.items()) if key != "reward")
+    reward = "none (reward.json has no `reward` key)" if verified.reward is None else f"{verified.reward:g}"
+    return f"verifier reward: {reward}" + (f" ({keys})" if keys else "")
+
+
+def harbor_task_row(folder: Path) -> dict[str, Any]:
+    """--task-dir: the task as the dataset row a job with `dataset: {harbor: ...}` would give it."""
+    from veri.core.dataset import harbor_row
+    from veri.core.harbor_task import check_task
+    from veri.core.harbor_task import load_task as load_harbor_task
+    from veri.core.problems import ProblemsError
+
+    try:
+        task = load_harbor_task(folder)
+    except ProblemsError as error:
+        raise RunHarnessError(str(error)) from None
+    if problems := check_task(task):
+        raise RunHarnessError("\n".join(f"{folder}: {problem}" for problem in problems))
+    return harbor_row(task)
 
 
 def default_control_token() -> str | None:

@@ -1,7 +1,8 @@
 """What a Harbor task's rollouts need before the first one starts, resolved once (at a command's or a job's
 start): each task's image (`veri tasks build`, cached by its content hash), the verifier's tools
 (/veri/tools, when vendored) and a bundle image's runtime tree (/veri/rt). Handed down as a plain mapping
-{task folder (resolved): {"image", "tools_dir", "runtime_tree", "harness_command"}} so the tiers below import nothing from tools/."""
+{task folder (resolved): {"image", "tools_dir", "runtime_tree", "harness_command"}}, so the tiers below
+import nothing from tools/."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def prepare_tasks(tasks: list[Path], vendor: Path, *, image_map: dict[str, str] 
                   log: Log = _stderr) -> dict[str, dict[str, Any]]:
     """Build every task's image (raises TaskBuildError naming each FROM that cannot be had offline), the
     verifier tools (None, with a warning, when nothing is vendored: a test.sh that installs nothing still
-    runs) and runtime_image's runtime tree (None without one); `entrypoint`: the bundle's, rewritten to run from that tree."""
+    runs) and runtime_image's runtime tree (None without one); `entrypoint`: the bundle's, rewritten to run
+    from that tree."""
     tags = build_tasks(tasks, vendor, image_map=image_map, client=client, log=log)
     try:
         tools: str | None = str(verifier_tools(vendor))
