@@ -128,6 +128,11 @@ class JobConfig(BaseModel):
         description="trainer: the tasks (JSONL, or Harbor task folders); each row is one GRPO group's task"
     )
     harness_bundle: Path = Field(description="launcher: the harness bundle folder (manifest + code)")
+    image_map: dict[str, str] = Field(
+        default_factory=dict,
+        description="dataset.harbor: build the tasks on these local images where their Dockerfiles say FROM"
+        " (builds run offline), e.g. {ubuntu:24.04: veri/task-os-base}; as `veri tasks build --image-map`",
+    )
     harness_protocol: HarnessProtocol = Field(default=HarnessProtocol.OPENAI, description="launcher: SDK routes")
     rewards: list[RewardConfig] = Field(min_length=1, description="trainer: reward functions, summed with weights")
     reward_timeout_s: float = Field(default=60.0, gt=0, description="trainer: per reward-function call")

@@ -25,6 +25,7 @@ from veri.core.harness import MANIFEST_FILE, ManifestError, load_manifest
 from veri.core.problems import Problem, ProblemsError
 from veri.gpu import pins, planner
 from veri.gpu.job import plan_job, unsaid_backend
+from veri.validation import harbor_checks
 
 _VLLM_ONLY = (
     "vllm_tensor_parallel_size", "vllm_data_parallel_size", "vllm_gpu_memory_utilization", "max_model_len",
@@ -322,9 +323,23 @@ def _model_config(model: Path) -> dict[str, Any]:
 
 
 # (fields read, check), run in this order: the dataset check records the columns the reward check uses.
+def _harbor(config: JobConfig, context: CheckContext) -> list[Problem]:
+    folders = harbor_checks.harbor_folders(config)
+    if not folders or context.tasks is None:  # a dataset that could not be read is named once, by _dataset
+        return []
+    problems = harbor_checks.backend_problems(folders)
+    has_image = harbor_checks.docker_has_image()
+    if has_image is None:
+        context.notes.append("dataset.harbor: the tasks' FROM images were not checked (no Docker daemon answers "
+                             "here); `veri tasks build` checks them")
+        return problems
+    return problems + harbor_checks.missing_bases(folders, config.image_map, has_image)
+
+
 CHECKS: list[tuple[tuple[str, ...], Check]] = [
     (("model",), _model),
     (("dataset",), _dataset),
+    (("dataset", "image_map"), _harbor),
     (("harness_bundle",), _bundle),
     (("rewards",), _rewards),
     (("backend", *_VLLM_ONLY), _backend_knobs),

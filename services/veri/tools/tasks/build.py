@@ -18,11 +18,11 @@ from typing import Any
 
 import docker
 
+from veri.core.dockerfile import TASK_BASE
 from veri.tools.tasks.build_proxy import BuildProxy
 from veri.tools.tasks.lines import base_images, lookup, map_from_lines
 
 BUILDER_VERSION = "1"  # bump when what a build sends changes: every task image then gets a new tag
-TASK_BASE = "veri/task-os-base"  # the Debian base an unreachable `FROM ubuntu:...` is usually mapped to
 # veri/os-base with apt asking for no Translation files (none are vendored) and trusting the vendored
 # indexes past their Valid-Until (a vendored snapshot is old by design: it is still Debian's signature),
 # and pip pointed at the build proxy's index.

@@ -8,6 +8,11 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from veri.core.dockerfile import FromLine, base_images, from_lines, lookup, map_from_lines
+
+__all__ = ["FromLine", "Wants", "base_images", "commands", "dockerfile_wants", "from_lines", "logical_lines",
+           "lookup", "map_from_lines", "script_wants"]
+
 # shell operators that end one command and start the next
 _SEPARATORS = {"&&", "||", ";", "|", "&", "(", ")", "{", "}", "then", "do", "else"}
 # options of apt-get/pip/uv that take a value (the value is not a package)
@@ -20,13 +25,6 @@ _UV_VALUE_OPTIONS = {"--from", "--python", "-p", "--index-url", "--extra-index-u
                      "--cache-dir", "--directory", "--project", "--with-requirements", "--with-editable"}
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([A-Za-z0-9.+!_-]+)$")
 _NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?$")
-
-
-@dataclass(frozen=True)
-class FromLine:
-    index: int  # the line's index in the Dockerfile's lines
-    image: str
-    stage: str | None  # `AS name`
 
 
 @dataclass
@@ -60,60 +58,6 @@ def logical_lines(text: str) -> list[str]:
     if current.strip():
         out.append(current.strip())
     return [line for line in out if line]
-
-
-def from_lines(dockerfile: str) -> list[FromLine]:
-    """The `FROM` lines (raw line indexes, for rewriting), `--platform=` skipped."""
-    found = []
-    for index, line in enumerate(dockerfile.splitlines()):
-        words = line.split()
-        if not words or words[0].upper() != "FROM":
-            continue
-        args = [w for w in words[1:] if not w.startswith("--")]
-        if not args:
-            continue
-        stage = args[2] if len(args) >= 3 and args[1].upper() == "AS" else None
-        found.append(FromLine(index, args[0], stage))
-    return found
-
-
-def base_images(dockerfile: str) -> list[str]:
-    """The images the `FROM` lines pull: not `scratch`, not an earlier stage's name, not `$ARG`s."""
-    stages: set[str] = set()
-    images = []
-    for line in from_lines(dockerfile):
-        if line.image.lower() not in stages and line.image != "scratch" and line.image not in images:
-            images.append(line.image)
-        if line.stage:
-            stages.add(line.stage.lower())
-    return images
-
-
-def map_from_lines(dockerfile: str, image_map: dict[str, str]) -> tuple[str, dict[str, str]]:
-    """The Dockerfile with its `FROM` images replaced by image_map's (only those lines), and what was
-    replaced. `name` in the map also matches `name:latest`."""
-    lines = dockerfile.splitlines(keepends=True)
-    applied: dict[str, str] = {}
-    stages: set[str] = set()
-    for line in from_lines(dockerfile):
-        target = None if line.image.lower() in stages else lookup(image_map, line.image)
-        if line.stage:
-            stages.add(line.stage.lower())
-        if target is None:
-            continue
-        lines[line.index] = re.sub(rf"(?<=\s){re.escape(line.image)}(?=\s|$)", target, lines[line.index], count=1)
-        applied[line.image] = target
-    return "".join(lines), applied
-
-
-def lookup(image_map: dict[str, str], image: str) -> str | None:
-    if image in image_map:
-        return image_map[image]
-    if ":" not in image.rsplit("/", 1)[-1]:
-        return image_map.get(f"{image}:latest")
-    if image.endswith(":latest"):
-        return image_map.get(image[: -len(":latest")])
-    return None
 
 
 def commands(line: str) -> list[list[str]]:
