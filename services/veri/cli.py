@@ -51,8 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     proxy_cli.register_session(commands)
     replay_cli.register(commands)
-    trainer_cli.register(commands)
-    evals_cli.register(commands)
+    # `veri train` and `veri eval` live below tools/: the job's Harbor tasks are resolved by tools/tasks/, handed in
+    trainer_cli.register(commands, harbor_tasks=tasks_cli.job_harbor_tasks)
+    evals_cli.register(commands, harbor_tasks=tasks_cli.job_harbor_tasks)
     export_cli.register(commands)
     appliance_cli.register(commands)
     webfixture_cli.register(commands)

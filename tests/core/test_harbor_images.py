@@ -35,7 +35,8 @@ def validate(job_dir: Path, tasks: Path, monkeypatch, images: tuple[str, ...], *
 
 def test_an_unmapped_from_is_named_per_task_with_the_fix(job_dir: Path, tasks: Path, monkeypatch):
     report = validate(job_dir, tasks, monkeypatch, images=("veri/os-base",))
-    assert [p.where for p in report.problems] == ["dataset.harbor: copy-apple-to-violet", "dataset.harbor: count-errors-0"]
+    assert [p.where for p in report.problems] == [
+        "dataset.harbor: copy-apple-to-violet", "dataset.harbor: count-errors-0"]
     assert "FROM python:3.11-slim is not on this machine and not mapped" in report.problems[0].message
     assert report.problems[0].fix.startswith("add `image_map: {python:3.11-slim: veri/task-os-base}` to the job")
 

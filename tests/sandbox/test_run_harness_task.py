@@ -35,7 +35,8 @@ def test_a_group_runs_in_the_tasks_image_and_is_verified(docker_client, tiny_mod
                      "--max-turns", "2", "--timeout", "120", "--vendor", str(vendor), *MAP])
     out = capsys.readouterr().out
     assert code == 0, out
-    records = [RolloutRecord.model_validate_json(p.read_text()) for p in sorted((tmp_path / "out/task-0").glob("*.json"))]
+    files = sorted((tmp_path / "out/task-0").glob("*.json"))
+    records = [RolloutRecord.model_validate_json(path.read_text()) for path in files]
     assert len(records) == 2, out
     for record in records:
         # The agent reached the policy from inside the task's image: its Python and the openai SDK are the tree's.

@@ -3,8 +3,9 @@ trainer's imports, so that `veri eval` refuses bad input before torch and TRL lo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -22,3 +23,5 @@ class TrainOptions:
     weight_sync_timeout_s: float = 600.0
     metrics_port: int | None = None  # `GET /metrics` for Prometheus while the job runs (None: off)
     metrics_host: str = "127.0.0.1"
+    # A Harbor dataset's tasks as the job's start resolved them (tools/tasks/job.py): LaunchSettings.harbor_tasks
+    harbor_tasks: dict[str, dict[str, Any]] = field(default_factory=dict)

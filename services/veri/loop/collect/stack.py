@@ -6,7 +6,7 @@ Here, so neither command imports the other's internals."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 from pydantic import ValidationError
@@ -30,6 +30,7 @@ class StackOptions(Protocol):
     image: str | None
     launcher_url: str | None
     control_token: str | None
+    harbor_tasks: dict[str, dict[str, Any]]  # a Harbor dataset's tasks, resolved at the command's start
 
 
 def rollout_runner(options: StackOptions, outputs: Path) -> RolloutRunner:
@@ -54,6 +55,7 @@ def launch_settings(config: JobConfig, options: StackOptions) -> LaunchSettings:
     return LaunchSettings(
         image=image, model_name=config.model.name, max_turns=config.max_turns, timeout_s=config.harness_timeout_s,
         max_parallel=config.max_parallel_rollouts, labels={"job": options.job_name},
+        harbor_tasks=dict(options.harbor_tasks),
     )
 
 

@@ -7,14 +7,18 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from veri.core.state import JOBS_HELP, jobs_dir
 from veri.loop.collect.stack_args import add_stack_arguments, command_options, given_options, refuse_without_image
 
+# (the job, --sandbox, --image) -> LaunchSettings.harbor_tasks: veri/cli.py hands in tools/tasks/job.py's
+HarborTasks = Callable[[Any, str, "str | None"], dict[str, dict[str, Any]]]
 
-def register(commands: argparse._SubParsersAction) -> None:
+
+def register(commands: argparse._SubParsersAction, *, harbor_tasks: HarborTasks | None = None) -> None:
     run = commands.add_parser("eval", help="score a checkpoint on held-out tasks through the job's harness,"
                                            " no training; --compare A B: two side by side")
     run.add_argument("config", type=Path, help="the job file (.yaml or .toml): harness, dataset, sampling, rewards")
@@ -47,7 +51,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     # The eval's own options, which `make eval ARGS=...` passes on (make eval sets --output and the stack's).
     own = tuple(action for action in run._actions[first_own:] if action.dest != "output")
     add_stack_arguments(run, policy_note="it serves the evaluated weights afterwards")
-    run.set_defaults(func=_eval, eval_options=own, command_options=command_options(run))
+    run.set_defaults(func=_eval, eval_options=own, command_options=command_options(run), harbor_tasks=harbor_tasks)
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -128,7 +132,8 @@ def _run_one(args: argparse.Namespace, *, model: Path | None, job: str | None, s
     name = name or f"{checkpoint.job or args.config.stem}.eval-{checkpoint.label}-{time.strftime('%Y%m%d-%H%M%S')}"
     train = TrainOptions(proxy_url=args.proxy_url, policy_urls=[u for u in args.policy_url.split(",") if u],
                          output_root=args.output, job_name=name, sandbox=args.sandbox, image=args.image,
-                         launcher_url=args.launcher_url, control_token=args.control_token)
+                         launcher_url=args.launcher_url, control_token=args.control_token,
+                         harbor_tasks=args.harbor_tasks(config, args.sandbox, args.image) if args.harbor_tasks else {})
     if args.held_out and not args.job:
         raise EvalError("--held-out needs --job JOB: the training job whose tasks to leave out")
     options = EvalOptions(train=train, samples=args.samples, temperature=args.temperature, tasks=args.tasks,

@@ -11,7 +11,10 @@ import argparse
 import os
 import shlex
 import sys
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from veri.core import envs
 from veri.core.state import JOBS_HELP, jobs_dir
@@ -20,7 +23,11 @@ from veri.loop.collect.stack_args import add_stack_arguments, command_options, r
 STOPPED_EXIT = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+# (the job, --sandbox, --image) -> LaunchSettings.harbor_tasks: veri/cli.py hands in tools/tasks/job.py's
+HarborTasks = Callable[[Any, str, "str | None"], dict[str, dict[str, Any]]]
+
+
+def register(commands: argparse._SubParsersAction, *, harbor_tasks: HarborTasks | None = None) -> None:
     train = commands.add_parser("train", help="train the policy with GRPO on harness rollouts (TRL)")
     train.add_argument("config", type=Path, help="job file (.yaml or .toml)")
     train.add_argument("--resume", action="store_true", help="continue the job from its last checkpoint")
@@ -32,7 +39,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                             " (default: off)")
     train.add_argument("--metrics-host", default="127.0.0.1",
                        help="address for --metrics-port (0.0.0.0 to be scraped from another container)")
-    train.set_defaults(func=_train, command_options=command_options(train))
+    train.set_defaults(func=_train, command_options=command_options(train), harbor_tasks=harbor_tasks)
 
     validate = commands.add_parser("validate", help="check a job config: every problem at once, each with its fix")
     validate.add_argument("config", type=Path, help="job file (.yaml or .toml)")
@@ -108,6 +115,8 @@ def _run_train(args: argparse.Namespace) -> int:
         # Before anything imports them: the libraries' noise goes to the job's log, not the console.
         with quiet_libraries(job_layout(options.output_root, options.job_name).libraries_log):
             config = load_config(args.config, base_dir=args.base_dir, trainer_checks=TRAINER_CHECKS)
+            if args.harbor_tasks is not None:  # a Harbor dataset: its images and trees, once, before any rollout
+                options = replace(options, harbor_tasks=args.harbor_tasks(config, options.sandbox, options.image))
             final = run_job(config, options)
     # expected failures: one line with the fix, no traceback (services/trainer/errors.py)
     except TRAIN_FAILURES as error:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -64,6 +65,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     vendor.add_argument("--base-image", default="veri/os-base",
                         help="the image the tasks build on: the .debs it already has are not fetched")
     vendor.set_defaults(func=_vendor)
+
+
+def job_harbor_tasks(config: Any, sandbox: str, image: str | None) -> dict[str, dict[str, Any]]:
+    """`veri train` / `veri eval`: the job's Harbor tasks resolved at its start (tools/tasks/job.py; imported
+    only when a command runs)."""
+    from veri.tools.tasks.job import job_harbor_tasks as resolve
+
+    return resolve(config, sandbox, image)
 
 
 def _check(args: argparse.Namespace) -> int:

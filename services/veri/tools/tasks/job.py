@@ -1,0 +1,35 @@
+"""A job's Harbor tasks, resolved once where `veri train` and `veri eval` start (veri/cli.py hands this
+function to their commands, so the loop and the trainer import nothing from tools/): each task's image
+built (cached), the bundle image's runtime tree, the verifier's tools, the bundle's entrypoint rewritten
+for the tree. The result is the plain mapping LaunchSettings.harbor_tasks carries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from veri.core.config import JobConfig
+from veri.core.harness import load_manifest
+from veri.loop.collect.errors import StackError
+from veri.services.launcher.task_runtime.layout import default_vendor_dir
+from veri.services.launcher.task_runtime.runtime import RuntimeTreeError
+from veri.tools.tasks.build import TaskBuildError
+from veri.tools.tasks.folders import task_folders
+from veri.tools.tasks.prepare import prepare_tasks
+from veri.validation.harbor_checks import harbor_folders
+
+
+def job_harbor_tasks(config: JobConfig, sandbox: str, image: str | None) -> dict[str, dict[str, Any]]:
+    """{} for a job without Harbor tasks; else each task folder's launch inputs. Raises StackError with the fix."""
+    folders = list(dict.fromkeys(folder for _, folder in harbor_folders(config)))
+    if not folders:
+        return {}
+    if sandbox == "local":
+        raise StackError("Harbor tasks run in their own image, with a verifier: --sandbox docker (or the stack's "
+                         "launcher on its docker backend), not local")
+    if not image:
+        raise StackError("Harbor tasks need the bundle's image (its runtime tree is mounted in each task): --image")
+    try:
+        return prepare_tasks(task_folders(folders), default_vendor_dir(), image_map=config.image_map,
+                             runtime_image=image, entrypoint=load_manifest(config.harness_bundle).entrypoint)
+    except (TaskBuildError, RuntimeTreeError) as error:
+        raise StackError(f"the job's Harbor tasks could not be prepared: {error}") from None
