@@ -70,3 +70,21 @@ def test_doing_nothing_scores_0(vendor, capsys):
                      "count-errors-0: reward 0: ok",
                      "nop: 4 of 4 tasks passed"], lines
     assert code == 0
+
+
+@pytest.mark.parametrize("image", ["veri/os-base", "veri/not-on-this-machine:1"])
+def test_a_prebuilt_docker_image_is_used_as_is_never_pulled(docker_client, tmp_path: Path, image: str):
+    from veri.tools.tasks.build import TaskBuildError
+    from veri.tools.tasks.prepare import prepare_tasks
+
+    task = tmp_path / "prebuilt"
+    shutil.copytree(DEMO / "copy-apple-to-violet", task)
+    shutil.rmtree(task / "environment")
+    toml = (task / "task.toml").read_text().replace("[environment]\n", f'[environment]\ndocker_image = "{image}"\n')
+    (task / "task.toml").write_text(toml)
+    if image == "veri/os-base":
+        prepared = prepare_tasks([task], tmp_path / "no-vendor", client=docker_client, log=lambda line: None)
+        assert prepared[str(task.resolve())]["image"] == "veri/os-base"
+    else:
+        with pytest.raises(TaskBuildError, match="is not on this machine .rollouts pull nothing.: `docker pull"):
+            prepare_tasks([task], tmp_path / "no-vendor", client=docker_client, log=lambda line: None)

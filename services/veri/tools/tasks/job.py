@@ -13,7 +13,6 @@ from veri.loop.collect.errors import StackError
 from veri.services.launcher.task_runtime.layout import default_vendor_dir
 from veri.services.launcher.task_runtime.runtime import RuntimeTreeError
 from veri.tools.tasks.build import TaskBuildError
-from veri.tools.tasks.folders import task_folders
 from veri.tools.tasks.prepare import prepare_tasks
 from veri.validation.harbor_checks import harbor_folders
 
@@ -29,7 +28,7 @@ def job_harbor_tasks(config: JobConfig, sandbox: str, image: str | None) -> dict
     if not image:
         raise StackError("Harbor tasks need the bundle's image (its runtime tree is mounted in each task): --image")
     try:
-        return prepare_tasks(task_folders(folders), default_vendor_dir(), image_map=config.image_map,
+        return prepare_tasks(folders, default_vendor_dir(), image_map=config.image_map,
                              runtime_image=image, entrypoint=load_manifest(config.harness_bundle).entrypoint)
     except (TaskBuildError, RuntimeTreeError) as error:
         raise StackError(f"the job's Harbor tasks could not be prepared: {error}") from None

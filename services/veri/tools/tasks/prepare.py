@@ -11,9 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import docker
+
+from veri.core.harbor_task import DOCKERFILE, load_task
+from veri.core.problems import ProblemsError
 from veri.services.launcher.task_runtime.runtime import harness_command, runtime_tree
 from veri.services.launcher.task_runtime.verifier_tools import VerifierToolsError, verifier_tools
-from veri.tools.tasks.build import build_tasks
+from veri.tools.tasks.build import TaskBuildError, build_tasks
 
 Log = Callable[[str], None]
 
@@ -22,14 +26,35 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
+def _prebuilt(task: Path, client: Any) -> str:
+    try:
+        image = load_task(task).config.environment.docker_image
+    except ProblemsError as error:
+        raise TaskBuildError(str(error)) from None
+    if not image:
+        raise TaskBuildError(f"{task}: no {DOCKERFILE} and no [environment] docker_image: nothing to run it in")
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        raise TaskBuildError(f"{task}: docker_image {image} is not on this machine (rollouts pull nothing): "
+                             f"`docker pull {image}` or `docker load` it first") from None
+    return image
+
+
 def prepare_tasks(tasks: list[Path], vendor: Path, *, image_map: dict[str, str] | None = None,
                   runtime_image: str | None = None, entrypoint: list[str] | None = None, client: Any = None,
                   log: Log = _stderr) -> dict[str, dict[str, Any]]:
     """Build every task's image (raises TaskBuildError naming each FROM that cannot be had offline), the
     verifier tools (None, with a warning, when nothing is vendored: a test.sh that installs nothing still
     runs) and runtime_image's runtime tree (None without one); `entrypoint`: the bundle's, rewritten to run
-    from that tree."""
-    tags = build_tasks(tasks, vendor, image_map=image_map, client=client, log=log)
+    from that tree. A task with a prebuilt `[environment] docker_image` and no Dockerfile runs on that image,
+    which must be on this machine (nothing is pulled)."""
+    client = client or docker.from_env(timeout=600)
+    built = [task for task in tasks if (task / DOCKERFILE).is_file()]
+    tags = build_tasks(built, vendor, image_map=image_map, client=client, log=log) if built else {}
+    for task in tasks:
+        if task not in tags:
+            tags[task] = _prebuilt(task, client)
     try:
         tools: str | None = str(verifier_tools(vendor))
     except VerifierToolsError as exc:
