@@ -147,3 +147,21 @@ def test_a_harbor_job_without_rewards_is_scored_by_its_verifier(tmp_path: Path):
     del jsonl["rewards"]
     problems = check_config(write_job(job_dir, jsonl), base_dir=job_dir).problems
     assert [p.where for p in problems] == ["rewards"]  # only a Harbor dataset has a default
+
+
+def test_the_collectors_record_carries_the_verifier_and_the_scorer_reads_it():
+    from veri.core.launch import LaunchResult
+    from veri.loop.collect.collect import CollectedRollout, GroupCollector, verifier_files
+
+    collector = GroupCollector(None, None, None, max_response_length=4096)  # type: ignore[arg-type]
+    result = VerifierResult(exit_code=0, reward=1.0, rewards={"reward": 1.0, "correctness": 1.0},
+                            files={"ctrf.json": "{}"}, duration_s=2.0)
+    launch = LaunchResult(rollout_id="r-1", status=RolloutStatus.COMPLETED, exit_code=0, started_at=0.0,
+                          duration_s=5.0, verifier=result)
+    made = collector._record(0, 0, TASK, 0, launch, bridged_chain())
+    assert made.verifier is not None and made.verifier.scores() == {"reward": 1.0, "correctness": 1.0}
+    assert verifier_files(CollectedRollout(made, launch)) == {"ctrf.json": "{}"}
+    with RewardScorer(load_reward_functions([RewardConfig(builtin="verifier")], COLUMNS), 5.0) as scorer:
+        assert scorer.score(RewardInputs.from_record(made)).reward == 1.0
+    plain = collector._record(0, 0, TASK, 0, launch.model_copy(update={"verifier": None}), bridged_chain())
+    assert plain.verifier is None
