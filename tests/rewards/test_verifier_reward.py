@@ -165,3 +165,14 @@ def test_the_collectors_record_carries_the_verifier_and_the_scorer_reads_it():
         assert scorer.score(RewardInputs.from_record(made)).reward == 1.0
     plain = collector._record(0, 0, TASK, 0, launch.model_copy(update={"verifier": None}), bridged_chain())
     assert plain.verifier is None
+
+
+def test_the_default_applies_to_a_job_built_in_code_too(tmp_path: Path):
+    from veri.core.config import JobConfig
+    from veri.core.dataset import DatasetConfig
+
+    config = JobConfig(model=tmp_path, backend="hf", dataset=DatasetConfig(harbor=tmp_path), harness_bundle=tmp_path)
+    assert config.rewards == [RewardConfig(builtin="verifier")]
+    with pytest.raises(ValidationError, match="rewards"):
+        JobConfig(model=tmp_path, backend="hf", dataset=DatasetConfig(path=tmp_path / "t.jsonl"),
+                  harness_bundle=tmp_path)

@@ -140,7 +140,8 @@ def default_rewards(raw: dict[str, Any]) -> dict[str, Any]:
     """The job as written, with `rewards: [{builtin: verifier}]` when its dataset is `harbor:` and it
     declares no rewards (a Harbor task's tests are its reward)."""
     dataset = raw.get("dataset")
-    if raw.get("rewards") or not isinstance(dataset, dict) or dataset.get("harbor") is None:
+    harbor = dataset.get("harbor") if isinstance(dataset, dict) else getattr(dataset, "harbor", None)
+    if raw.get("rewards") or harbor is None:
         return raw
     return {**raw, "rewards": [{"builtin": VERIFIER_REWARD}]}
 
