@@ -94,3 +94,11 @@ def test_the_signal_counts_verifiers_that_could_not_run(job: Path):
     [raised] = [r for r in detect_archive(job, SignalsConfig()) if r.signal == "verifier_failures"]
     assert raised.step == 0 and raised.message.startswith("1 of 3 rollouts' task verifiers could not run (1 timed out)")
     assert [r["rollout_id"] for r in raised.rollouts] == ["r-0-1"]
+
+
+def test_the_step_metrics_count_the_verifiers(job: Path):
+    from veri.archive import read_metrics
+
+    [line] = read_metrics(job / "metrics.jsonl")
+    assert line["verifier/verified"] == 2 and line["verifier/failed"] == 1 and line["verifier/reward/mean"] == 1.0
+    assert line["rule/verifier_timeout"] == 1
