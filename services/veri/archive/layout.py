@@ -4,6 +4,8 @@ crash-safe ways the archive writes and reads them.
     <root>/<job_name>/
         trajectories/step-<N>/task-<M>/rollout-<K>.json   one RolloutRecord (its JSON, as `veri debug` reads)
         trajectories/step-<N>/task-<M>/rollout-<K>.log    the harness's stdout/stderr tail, when given
+        trajectories/step-<N>/task-<M>/rollout-<K>/verifier/   a Harbor task's /logs/verifier files (ctrf.json,
+                                                           test-stdout.txt, ...; capped: `archive.verifier_files`)
         metrics.jsonl                                      one line per completed step: {"step", "time", ...}
         timeline.jsonl                                     one line per step, written just before its metrics
                                                            line: where its wall time went (`trainer.timeline`)

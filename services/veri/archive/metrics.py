@@ -53,6 +53,20 @@ from veri.core.rollout_record import REWARD_FN_PREFIX, RolloutRecord
 Metrics = dict[str, float | int]
 
 
+def _verifier_metrics(records: list[RolloutRecord]) -> Metrics:
+    """A Harbor dataset's tests, whatever the job's reward functions: how many ran, how many could not
+    (each also under rule/verifier_*), and the mean of their `reward` over those that gave one."""
+    verifiers = [record.verifier for record in records if record.verifier is not None]
+    if not verifiers:
+        return {}
+    rewards = [v.reward for v in verifiers if v.ran and v.reward is not None]
+    metrics: Metrics = {"verifier/verified": sum(v.ran for v in verifiers),
+                        "verifier/failed": sum(not v.ran for v in verifiers)}
+    if rewards:
+        metrics["verifier/reward/mean"] = statistics.fmean(rewards)
+    return metrics
+
+
 def step_metrics(records: list[RolloutRecord], timings: dict[str, float]) -> Metrics:
     metrics: Metrics = {"rollouts": len(records)}
     trainable = sum(record.trainable for record in records)
@@ -74,6 +88,8 @@ def step_metrics(records: list[RolloutRecord], timings: dict[str, float]) -> Met
             if value is not None and math.isfinite(value):
                 values.append(value)
     metrics |= {f"{REWARD_FN_PREFIX}{name}/mean": statistics.fmean(v) for name, v in per_function.items() if v}
+
+    metrics |= _verifier_metrics(records)
 
     metrics |= {f"status/{status.value}": sum(r.status == status for r in records) for status in RolloutStatus}
     fired = [{verdict.rule for verdict in record.verdicts} for record in records]

@@ -8,6 +8,7 @@ on a constructed archive; `detect_archive` gathers the inputs of one job folder.
     length_drift           sampled tokens per rollout far from the first steps'
     parse_failures_rising  tool calls the renderer could not parse, up from the first steps'
     unexpected_outputs     files in a rollout's output folder (the reward's inputs) outside signals.expected_outputs
+    verifier_failures      Harbor tasks' verifiers that could not run (no reward file, timeout, error), per step
 """
 
 from __future__ import annotations
@@ -130,11 +131,38 @@ def unexpected_outputs(rows: Rows, config: SignalsConfig,
             for step, found in sorted(by_step.items())]
 
 
+VERIFIER_FAILURES = {"verifier_no_reward": "no reward file", "verifier_timeout": "timed out",
+                     "verifier_error": "error"}  # the rules core/episodes.py gives a verifier that could not run
+
+
+def verifier_failures(rows: Rows) -> list[Raised]:
+    """Per step, the rollouts whose task verifier said nothing: each is rejected (never a 0), so many of them
+    shrink the step's groups, and an agent that breaks its tests (kills test.sh, fills the disk) hides here."""
+    by_step: dict[int, list[tuple[dict[str, Any], str]]] = {}
+    for row in rows:
+        rules = row.get("verdicts") or []  # the index reader's list of rule names
+        rules = rules.split(",") if isinstance(rules, str) else rules
+        if failed := next((rule for rule in rules if rule in VERIFIER_FAILURES), None):
+            by_step.setdefault(row["step"], []).append((row, failed))
+    raised = []
+    for step, found in sorted(by_step.items()):
+        kinds = Counter(rule for _, rule in found)
+        counted = ", ".join(f"{count} {VERIFIER_FAILURES[rule]}" for rule, count in sorted(kinds.items()))
+        total = sum(1 for row in rows if row["step"] == step)
+        raised.append(Raised("verifier_failures", step,
+                             f"{len(found)} of {total} rollouts' task verifiers could not run ({counted}): they"
+                             " are rejected, not scored; read their verifier output (an agent that breaks its"
+                             " tests, or a task whose test.sh fails on its own)",
+                             [_ref(row) for row, _ in found[:MAX_ROLLOUTS]]))
+    return raised
+
+
 def detect(lines: list[dict[str, Any]], rows: Rows, config: SignalsConfig,
            outputs_of: Callable[[dict[str, Any]], list[str] | None] = lambda row: None) -> list[Raised]:
     """Every signal over the job's completed steps, by step."""
     found = [*held_out_falling(lines, config), *answer_collapse(rows, config), *length_drift(lines, rows, config),
-             *parse_failures_rising(lines, config), *unexpected_outputs(rows, config, outputs_of)]
+             *parse_failures_rising(lines, config), *unexpected_outputs(rows, config, outputs_of),
+             *verifier_failures(rows)]
     return sorted(found, key=lambda raised: (raised.step, raised.signal))
 
 

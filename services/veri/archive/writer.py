@@ -43,6 +43,7 @@ from veri.archive.index_writer import IndexWriter
 from veri.archive.layout import ArchiveLayout, append_line, atomic_write, cut_partial_tail, read_metrics
 from veri.archive.metrics import MetricSinks
 from veri.archive.status import JobStatus, write_job_end, write_job_start
+from veri.archive.verifier_files import verifier_dir, write_verifier_files
 from veri.archive.volume import filled_up, full_message, reserve
 from veri.core.rollout_record import RolloutRecord
 from veri.infra.logging import event_line
@@ -90,14 +91,21 @@ class JobArchive:
 
     # --- writing -----------------------------------------------------------------------------------
 
-    def write_rollout(self, step: int, record: RolloutRecord, *, harness_log: str | None = None) -> Path:
-        """Archive one rollout of `step` (atomically) and index it; `harness_log` goes to rollout-<K>.log."""
+    def write_rollout(self, step: int, record: RolloutRecord, *, harness_log: str | None = None,
+                      verifier_files: dict[str, str] | None = None) -> Path:
+        """Archive one rollout of `step` (atomically) and index it; `harness_log` goes to rollout-<K>.log,
+        `verifier_files` (a Harbor task's /logs/verifier) to rollout-<K>/verifier/ (`archive.verifier_files`)."""
         self._check_open_step(step, "write a rollout into")
         if record.policy_step is None:
             record = record.model_copy(update={"policy_step": step})
         elif record.policy_step != step:
             raise ValueError(f"rollout {record.rollout_id} has policy_step {record.policy_step}, written as {step}")
         path = self.layout.rollout_path(step, record.task_index, record.rollout_index)
+        if verifier_files:
+            written, left_out = write_verifier_files(verifier_dir(path), verifier_files)
+            if record.verifier is not None:  # the record names what the folder holds
+                update = {"files": written, "files_left_out": left_out}
+                record = record.model_copy(update={"verifier": record.verifier.model_copy(update=update)})
         atomic_write(path, record.model_dump_json().encode("utf-8"))
         if harness_log is not None:
             atomic_write(path.with_suffix(".log"), harness_log.encode("utf-8", errors="replace"))

@@ -95,13 +95,25 @@ class SamplingConfig(BaseModel):
         return value
 
 
+VERIFIER_REWARD = "verifier"  # the built-in reward: a Harbor task's verifier (loop/rewards/verifier.py)
+BUILTIN_REWARDS = (VERIFIER_REWARD,)
+
+
 class RewardConfig(BaseModel):
-    """One reward function: a Python file or inline source, and its weight in the sum."""
+    """One reward function: a Python file, inline source or a built-in, and its weight in the sum."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # a NaN weight or rate poisons training
 
     file: Path | None = Field(default=None, description="a Python file defining the function")
     source: str | None = Field(default=None, description="inline Python source defining the function")
+    builtin: str | None = Field(
+        default=None, description="a reward veri provides: `verifier` (a Harbor task's tests: reward.json's"
+        " `reward`, else reward.txt; docs/harbor-tasks.md#rewards)",
+    )
+    keys: dict[str, float] | None = Field(
+        default=None, description="builtin: verifier only: a weight per reward.json key, each scored as"
+        " `verifier/<key>` beside `verifier` (whose weight is `weight`)",
+    )
     function: str | None = Field(
         default=None, description="which function (default: `reward`, or the only function defined)"
     )
@@ -110,13 +122,37 @@ class RewardConfig(BaseModel):
 
     @model_validator(mode="after")
     def _one_origin(self) -> RewardConfig:
-        if (self.file is None) == (self.source is None):
-            raise ValueError("needs exactly one of `file` and `source`; give a Python `file:` or inline `source:`")
+        if sum(origin is not None for origin in (self.file, self.source, self.builtin)) != 1:
+            raise ValueError("needs exactly one of `file`, `source` and `builtin`; give a Python `file:`, inline"
+                             " `source:` or `builtin: verifier`")
+        if self.builtin is not None and self.builtin not in BUILTIN_REWARDS:
+            raise ValueError(f"builtin {self.builtin!r} is not one of veri's; use `builtin: {VERIFIER_REWARD}`")
+        if self.keys is not None and self.builtin != VERIFIER_REWARD:
+            raise ValueError("`keys` weighs reward.json's keys: it goes with `builtin: verifier` only")
+        if self.builtin is not None and self.function is not None:
+            raise ValueError("`function` picks a function in a file or source: remove it from a builtin")
+        if self.keys is not None and any(not key or "/" in key for key in self.keys):
+            raise ValueError("`keys` are reward.json's key names: non-empty, without '/'")
         return self
+
+
+def default_rewards(raw: dict[str, Any]) -> dict[str, Any]:
+    """The job as written, with `rewards: [{builtin: verifier}]` when its dataset is `harbor:` and it
+    declares no rewards (a Harbor task's tests are its reward)."""
+    dataset = raw.get("dataset")
+    harbor = dataset.get("harbor") if isinstance(dataset, dict) else getattr(dataset, "harbor", None)
+    if raw.get("rewards") or harbor is None:
+        return raw
+    return {**raw, "rewards": [{"builtin": VERIFIER_REWARD}]}
 
 
 class JobConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # a NaN weight or rate poisons training
+
+    @model_validator(mode="before")
+    @classmethod
+    def _harbor_default_rewards(cls, values: Any) -> Any:
+        return default_rewards(values) if isinstance(values, dict) else values
 
     model: Path = Field(description="local transformers model folder (config.json, tokenizer, weights)")
     backend: Backend = Field(
@@ -134,7 +170,10 @@ class JobConfig(BaseModel):
         " (builds run offline), e.g. {ubuntu:24.04: veri/task-os-base}; as `veri tasks build --image-map`",
     )
     harness_protocol: HarnessProtocol = Field(default=HarnessProtocol.OPENAI, description="launcher: SDK routes")
-    rewards: list[RewardConfig] = Field(min_length=1, description="trainer: reward functions, summed with weights")
+    rewards: list[RewardConfig] = Field(
+        min_length=1, description="trainer: reward functions, summed with weights (a `harbor:` dataset without"
+        " any: `[{builtin: verifier}]`, the task's tests)",
+    )
     reward_timeout_s: float = Field(default=60.0, gt=0, description="trainer: per reward-function call")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="how the policy samples")
 
@@ -269,6 +308,7 @@ def validate_fields(
 ) -> tuple[dict[str, Any], list[Problem]]:
     """Each top-level field validated on its own, so one bad field does not hide checks of the others."""
     problems: list[Problem] = []
+    raw = default_rewards(raw)
     try:
         JobConfig.model_validate(raw)
     except ValidationError as error:

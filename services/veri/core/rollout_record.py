@@ -10,7 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from veri.core.episodes import Effect, Episode, RolloutStatus, Verdict
+from veri.core.episodes import Effect, Episode, RolloutStatus, Verdict, VerifierError
+from veri.core.launch import VerifierResult
 from veri.core.records import Span
 from veri.core.token_account import TokenAccount, sampled_tokens, token_account
 
@@ -27,6 +28,58 @@ class RewardOutcome(BaseModel):
         default_factory=dict, description="each function's own (unweighted) value; None = failed or no value"
     )
     verdicts: list[Verdict] = Field(default_factory=list)
+
+
+class VerifierRecord(BaseModel):
+    """What a Harbor task's verifier said about the rollout (`LaunchResult.verifier` without its files,
+    which the archive keeps in the rollout's verifier/ folder: `files` names them)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    error: VerifierError = VerifierError.NONE
+    message: str = ""
+    exit_code: int | None = None
+    reward: float | None = Field(default=None, description="reward.json's `reward`, else reward.txt; None on error")
+    rewards: dict[str, float] = Field(default_factory=dict, description="reward.json's numeric keys")
+    ignored_keys: list[str] = Field(default_factory=list, description="reward.json keys that are not numbers")
+    stdout_tail: str = Field(default="", description="test-stdout.txt's tail")
+    stderr_tail: str = ""
+    duration_s: float = 0.0
+    files: list[str] = Field(default_factory=list, description="/logs/verifier's files, archived beside the record")
+    files_left_out: list[str] = Field(default_factory=list, description="files over the archive's size cap")
+
+    @classmethod
+    def of(cls, result: VerifierResult) -> VerifierRecord:
+        return cls(error=result.error, message=result.message, exit_code=result.exit_code, reward=result.reward,
+                   rewards=result.rewards, ignored_keys=result.ignored_keys, stdout_tail=result.stdout_tail,
+                   stderr_tail=result.stderr_tail, duration_s=result.duration_s, files=sorted(result.files))
+
+    def result(self) -> VerifierResult:
+        """Back as the launcher's result (without files): what `build_episode` judges (`veri debug`)."""
+        fields = self.model_dump(exclude={"files", "files_left_out"})
+        if not self.ran:  # the launcher's result of a failed verifier carries no reward
+            fields |= {"reward": None, "rewards": {}}
+        return VerifierResult(**fields)
+
+    def line(self) -> str:
+        """One line: what the tests said (`veri debug`, the console)."""
+        took = f"exit code {self.exit_code if self.exit_code is not None else '-'}, {self.duration_s:.1f}s"
+        if not self.ran:
+            return f"verifier {self.error}: {self.message or 'no reward'} ({took})"
+        keys = ", ".join(f"{key} {value:g}" for key, value in sorted(self.rewards.items()) if key != "reward")
+        reward = f"reward {self.reward:g}" if self.reward is not None else "no `reward` key"
+        return f"verifier {reward}{f' ({keys})' if keys else ''} ({took})"
+
+    @property
+    def ran(self) -> bool:
+        """The tests ran and gave a reward (no_reward, timeout and error: they could not say anything)."""
+        return self.error is VerifierError.NONE
+
+    def scores(self) -> dict[str, float] | None:
+        """What the reward functions get as `verifier`: reward.json's numbers and `reward` (None: no reward)."""
+        if not self.ran:
+            return None
+        return {**self.rewards, **({"reward": self.reward} if self.reward is not None else {})}
 
 
 class RolloutRecord(BaseModel):
@@ -48,6 +101,7 @@ class RolloutRecord(BaseModel):
     spans: list[Span] = Field(default_factory=list)
     episode: Episode
     reward: RewardOutcome | None = Field(default=None, description="None when the rollout was not scored")
+    verifier: VerifierRecord | None = Field(default=None, description="a Harbor task's verifier (None: no task)")
 
     @property
     def verdicts(self) -> list[Verdict]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from veri.core import envs
-from veri.core.config import Backend, JobConfig, RewardConfig, UnknownKeyFix
+from veri.core.config import VERIFIER_REWARD, Backend, JobConfig, RewardConfig, UnknownKeyFix
 from veri.core.dataset import read_dataset
 from veri.core.grpo import StepBatch
 from veri.core.harbor_task import check_tasks
@@ -129,6 +129,10 @@ def _rewards(config: JobConfig, context: CheckContext) -> list[Problem]:
     ]
     if not problems and context.trainer is not None:
         problems = context.trainer.rewards(config.rewards, context.columns)
+    dataset = getattr(config, "dataset", None)  # the check runs when `rewards` validated, `dataset` may not have
+    if config.rewards == [RewardConfig(builtin=VERIFIER_REWARD)] and getattr(dataset, "harbor", None) is not None:
+        context.notes.append("rewards: the task's verifier (`builtin: verifier`: reward.json's `reward`, else"
+                             " reward.txt), the default for a `harbor:` dataset that declares no rewards")
     return problems
 
 

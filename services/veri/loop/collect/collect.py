@@ -23,7 +23,7 @@ from veri.core.episodes import Decoder, Episode, Rule, build_episode, truncate_e
 from veri.core.harness import rollout_env
 from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch, SandboxLimits
 from veri.core.records import SessionInfo, Span
-from veri.core.rollout_record import RolloutRecord
+from veri.core.rollout_record import RolloutRecord, VerifierRecord
 from veri.infra.http import HttpCallError
 from veri.loop.collect.harbor import task_env_for
 from veri.loop.collect.runner import RolloutRunner
@@ -68,6 +68,12 @@ def harness_log(rollout: CollectedRollout) -> str:
     if launch.infrastructure_error:
         lines.append(f"infrastructure error: {launch.infrastructure_error}")
     return "\n".join([*lines, "--- stdout (tail) ---", launch.stdout_tail, "--- stderr (tail) ---", launch.stderr_tail])
+
+
+def verifier_files(rollout: CollectedRollout) -> dict[str, str] | None:
+    """What the archive keeps in the rollout's verifier/ folder: /logs/verifier's files (None: no task)."""
+    verifier = rollout.launch.verifier
+    return verifier.files if verifier is not None else None
 
 
 class GroupCollector:
@@ -170,6 +176,7 @@ class GroupCollector:
         return RolloutRecord(
             rollout_id=result.rollout_id, task_index=task_index, rollout_index=index, policy_step=step, task=task,
             status=result.status, exit_code=result.exit_code, spans=spans, episode=episode,
+            verifier=VerifierRecord.of(result.verifier) if result.verifier is not None else None,
         )
 
 

@@ -31,9 +31,28 @@ def eval_text(summary: dict[str, Any]) -> str:
                      + "".join(f" {_num(row['mean'][name]):>14}" for name in names))
     if len(summary["tasks"]) > MAX_TASK_ROWS:
         lines.append(f"  ... {len(summary['tasks']) - MAX_TASK_ROWS} more tasks (--json, or eval.json in the archive)")
+    if summary.get("verifier"):
+        lines += verifier_text(summary["verifier"], ks)
     lines.append(f"archive: {summary['archive']} (the console lists it as {summary['name']};"
                  f" veri debug {summary['archive']}/trajectories/step-0/task-N/rollout-K.json)")
     return "\n".join(lines)
+
+
+def verifier_text(table: dict[str, Any], ks: list[int]) -> list[str]:
+    """The Harbor tasks' own figures: the verifier's reward per task (comparable with Harbor's pass rate)."""
+    failed = ", ".join(f"{kind} {n}" for kind, n in table["failed"].items())
+    lines = [f"verifier (the tasks' tests): {table['verified']} of {table['rollouts']} rollouts verified"
+             + (f"; could not run: {failed}" if failed else ""),
+             f"  mean {_num(table['mean'])}, failed as 0 {_num(table['mean_failed_as_0'])} (Harbor's pass rate)"
+             + "".join(f", pass@{size} {_num(table['pass_at_k'].get(str(size)))}" for size in ks),
+             f"  {'task':>6} {'name':<24} {'verified':>9} {'mean':>7} {'as 0':>7}"
+             + "".join(f" {'pass@' + str(size):>8}" for size in ks)]
+    for row in table["tasks"][:MAX_TASK_ROWS]:
+        name = str(row["task_name"] or "-")[:24]
+        lines.append(f"  {row['task_index']:>6} {name:<24} {row['verified']:>4}/{row['samples']:<4}"
+                     f" {_num(row['mean']):>7} {_num(row['mean_failed_as_0']):>7}"
+                     + "".join(f" {_num(row['pass_at_k'].get(str(size))):>8}" for size in ks))
+    return lines
 
 
 def compare_text(result: dict[str, Any]) -> str:

@@ -161,10 +161,11 @@ def evaluate_served(collector: GroupCollector, scorer: RewardScorer, archive: Jo
     collected = asyncio.run(_collect(collector, tasks, samples, max_parallel))
     rolled = time.monotonic()
     records = _score(scorer, collected, archive)
-    from veri.loop.collect.collect import harness_log
+    from veri.loop.collect.collect import harness_log, verifier_files
 
     for record, rollout in zip(records, collected, strict=True):
-        archive.write_rollout(EVAL_STEP, record, harness_log=harness_log(rollout))
+        archive.write_rollout(EVAL_STEP, record, harness_log=harness_log(rollout),
+                              verifier_files=verifier_files(rollout))
     archive.write_step_metrics(EVAL_STEP, step_metrics(records, {"rollout": rolled - started,
                                                                  "reward": time.monotonic() - rolled}))
     return records, summarize(records, reward_names, k=k, pass_threshold=pass_threshold)

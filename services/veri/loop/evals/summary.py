@@ -7,6 +7,11 @@ the trainer sums it, and "reward_fn/<name>" each function's own value (so a func
 the default name, is not hidden behind the total). A rollout a rule rejected
 (the harness failed, no spans, ...) has no reward: it is left out of every figure and counted in
 `rejected`, by the first rule that rejected it.
+
+On a Harbor dataset `verifier` adds the tests' own figures per task (`verifier_table`), read from each
+record's verifier result whatever the job's reward functions are: pass@k on the verifier's `reward`, and
+its mean two ways, over the rollouts whose tests gave a reward (`mean`) and with a verifier that could not
+run counted as 0 (`mean_failed_as_0`): Harbor's pass rate is the mean of `reward` over a task's trials.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ def summarize(records: list[RolloutRecord], functions: list[str], *, k: int, pas
         summary["reward_ci"][name] = list(bootstrap_ci(per_task)) if every else None
         summary["pass_at_1"][name] = mean_pass_at_k(counts, 1)
         summary["pass_at_k"][name] = {str(size): mean_pass_at_k(counts, size) for size in sorted({1, k})}
+    if (verifier := verifier_table(records, k=k, pass_threshold=pass_threshold)) is not None:
+        summary["verifier"] = verifier
     summary["tasks"] = [
         {"task_index": task, "samples": len(group), "scored": len(values[TOTAL][task]),
          "mean": {name: statistics.fmean(values[name][task]) if values[name][task] else None for name in names},
@@ -56,6 +63,41 @@ def summarize(records: list[RolloutRecord], functions: list[str], *, k: int, pas
         for task, group in by_task.items()
     ]
     return summary
+
+
+def verifier_table(records: list[RolloutRecord], *, k: int, pass_threshold: float) -> dict[str, Any] | None:
+    """The tests' figures per task and overall (None: no record has a verifier, not a Harbor dataset)."""
+    tasks: dict[int, list[RolloutRecord]] = {}
+    for record in sorted(records, key=lambda r: (r.task_index, r.rollout_index)):
+        if record.verifier is not None:
+            tasks.setdefault(record.task_index, []).append(record)
+    if not tasks:
+        return None
+    rows = []
+    for task, group in tasks.items():
+        rewards = [v.reward for r in group if (v := r.verifier) is not None and v.ran and v.reward is not None]
+        failed = Counter(str(v.error) for r in group if (v := r.verifier) is not None and not v.ran)
+        passed = sum(reward >= pass_threshold for reward in rewards)
+        rows.append({
+            "task_index": task, "task_name": group[0].task.get("task_name"), "samples": len(group),
+            "verified": len(rewards), "failed": dict(sorted(failed.items())),
+            "mean": statistics.fmean(rewards) if rewards else None,
+            "mean_failed_as_0": sum(rewards) / len(group), "passed": passed,
+            "pass_at_k": {str(size): mean_pass_at_k([(len(rewards), passed)], size) for size in sorted({1, k})},
+        })
+    verified = [row for row in rows if row["verified"]]
+    counts = [(row["verified"], row["passed"]) for row in verified]
+    failed_total: Counter[str] = Counter()
+    for row in rows:
+        failed_total.update(row["failed"])
+    return {
+        "rollouts": sum(row["samples"] for row in rows), "verified": sum(row["verified"] for row in rows),
+        "failed": dict(sorted(failed_total.items())),
+        "mean": statistics.fmean(row["mean"] for row in verified) if verified else None,
+        "mean_failed_as_0": statistics.fmean(row["mean_failed_as_0"] for row in rows),
+        "pass_at_k": {str(size): mean_pass_at_k(counts, size) for size in sorted({1, k})},
+        "tasks": rows,
+    }
 
 
 def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

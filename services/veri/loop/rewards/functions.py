@@ -9,7 +9,9 @@ The calling convention mirrors TRL 1.16's `GRPOTrainer._calculate_rewards` for a
 a message list (TRL's conversational format), or its text when the prompt is text. Dataset columns
 other than `prompt` come as lists. Two extra inputs go only to functions that declare them:
 `trajectory` (the whole conversation: the final call's messages, tool results included, plus the
-reply) and `outputs` (the folder the harness left in VERI_OUTPUT_DIR). A function with `**kwargs`
+reply), `outputs` (the folder the harness left in VERI_OUTPUT_DIR) and `verifier` (a Harbor task's
+tests: `[{"reward": 1.0, "correctness": 1.0, ...}]`, reward.json's numbers and `reward`; `[None]` when the
+rollout is no task or its verifier gave no reward). A function with `**kwargs`
 gets everything else; one without gets exactly the names it declares. A bare number is accepted
 as well as a one-element list; None (or NaN) means "no value from this function".
 
@@ -41,7 +43,7 @@ from veri.core.rollout_record import RolloutRecord
 
 # which veri has no equivalent for.)
 STANDARD_INPUTS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
-DECLARED_ONLY = ("trajectory", "outputs")  # passed only to functions that name them
+DECLARED_ONLY = ("trajectory", "outputs", "verifier")  # passed only to functions that name them
 
 
 @dataclass(frozen=True)
@@ -82,13 +84,16 @@ class RewardInputs:
     completion_ids: list[int]
     trajectory: list[dict[str, Any]]
     outputs: Path | None = None
+    verifier: dict[str, float] | None = None  # a Harbor task's verifier scores (VerifierRecord.scores)
     extra: dict[str, Any] = field(default_factory=dict)  # trainer_state, log_extra, log_metric
 
     @classmethod
     def from_record(cls, record: RolloutRecord, *, outputs: Path | None = None, **extra: Any) -> RewardInputs:
         row = record.episode.row
         ids = row.completion_ids if row is not None else None
-        return cls.from_spans(record.task, record.spans, ids, outputs=outputs, **extra)
+        inputs = cls.from_spans(record.task, record.spans, ids, outputs=outputs, **extra)
+        inputs.verifier = record.verifier.scores() if record.verifier is not None else None
+        return inputs
 
     @classmethod
     def from_spans(
@@ -117,6 +122,7 @@ class RewardInputs:
             "completion_ids": [self.completion_ids],
             "trajectory": [self.trajectory],
             "outputs": [self.outputs],
+            "verifier": [self.verifier],
             **self.extra,
         }
 

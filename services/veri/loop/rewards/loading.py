@@ -14,6 +14,7 @@ from veri.core.config import RewardConfig
 from veri.core.dataset import PROMPT
 from veri.core.problems import Problem, ProblemsError
 from veri.loop.rewards.functions import DECLARED_ONLY, STANDARD_INPUTS, RewardFunction, one_line
+from veri.loop.rewards.verifier import verifier_functions, verifier_problems
 
 
 def load_reward_functions(rewards: list[RewardConfig], columns: list[str] | None = None) -> list[RewardFunction]:
@@ -34,6 +35,10 @@ def _load(rewards: list[RewardConfig], columns: list[str] | None) -> tuple[list[
     problems: list[Problem] = []
     for index, spec in enumerate(rewards):
         where = f"rewards[{index}]"
+        if spec.builtin is not None:  # only `verifier` (the schema refuses other names)
+            problems += verifier_problems(where, columns)
+            functions += verifier_functions(spec)
+            continue
         try:
             module = _import(spec, index)
         except Exception as error:  # noqa: BLE001 - user code: anything can happen at import

@@ -35,6 +35,7 @@ from veri.core.episodes import (
     build_episode,
     json_kind,
 )
+from veri.core.rollout_record import VerifierRecord
 from veri.core.token_account import sampled_tokens, token_account
 
 # Keys only a span has: a list of objects with one of these and no `spans` is a bare list of spans.
@@ -124,9 +125,13 @@ def explain(record: dict[str, Any], decoder: Decoder | None = None) -> str:
     status = _status(record.get("status"))
     spans = as_episode_spans(record["spans"])
     decoder = _SafeDecoder(decoder) if decoder is not None else None
-    episode = build_episode(spans, status, exit_code=record.get("exit_code"), decoder=decoder)
+    verifier = _recorded_verifier(record)
+    episode = build_episode(spans, status, exit_code=record.get("exit_code"), decoder=decoder,
+                            verifier=verifier.result() if verifier is not None else None)
     verdicts = [*episode.verdicts, *_recorded_trainer_verdicts(record), *_recorded_reward_verdicts(record)]
     lines = [_header(record, status)]
+    if verifier is not None:  # a Harbor task's tests
+        lines.append(f"  {verifier.line()}")
     dropped = _hosted_tools_by_span(record["spans"])
     for span in spans:
         lines.append(_span_line(span, episode))
@@ -286,6 +291,13 @@ def _row_sizes(row: TrainingRow) -> str:
 # Rules the trainer's rollout function applies (they need the step, the policy servers, the job's settings),
 # so the walk reads them from the record instead of applying them again.
 TRAINER_RULES = (Rule.POLICY_VERSION_STALE, Rule.POLICY_SERVER_RESTARTED, Rule.COMPLETION_TRUNCATED)
+
+
+def _recorded_verifier(record: dict[str, Any]) -> VerifierRecord | None:
+    try:
+        return VerifierRecord.model_validate(record["verifier"]) if record.get("verifier") else None
+    except ValidationError:
+        return None  # a foreign record's own shape
 
 
 def _recorded_trainer_verdicts(record: dict[str, Any]) -> list[Verdict]:

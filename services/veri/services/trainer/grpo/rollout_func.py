@@ -42,7 +42,7 @@ from typing import Any, Protocol
 from veri.core.episodes import Rule, Verdict, unfinished_rows
 from veri.core.rollout_record import RolloutRecord
 from veri.infra.aio import gather_to_the_end
-from veri.loop.collect.collect import CollectedRollout, GroupCollector, harness_log
+from veri.loop.collect.collect import CollectedRollout, GroupCollector, harness_log, verifier_files
 from veri.loop.rewards import RewardInputs, RewardScorer
 from veri.services.trainer.grpo.rows import MaskedRow, rollout_output
 from veri.services.trainer.schedule.producer import FinishedGroup, GroupProducer, GroupSchedule
@@ -54,7 +54,8 @@ from veri.services.trainer.weights.sync import PolicyVersions
 
 
 class RolloutArchive(Protocol):
-    def write_rollout(self, step: int, record: RolloutRecord, *, harness_log: str | None = None) -> Any: ...
+    def write_rollout(self, step: int, record: RolloutRecord, *, harness_log: str | None = None,
+                      verifier_files: dict[str, str] | None = None) -> Any: ...
 
     def log(self, message: str) -> None: ...
 
@@ -123,9 +124,11 @@ class HarnessRollouts:
         records = [self._mask_truncated(record) for record in self._score(collected, trainer.state, logged)]
         scored = time.monotonic()
         for record, rollout in zip(records, collected, strict=True):
-            self.archive.write_rollout(step, record, harness_log=harness_log(rollout))
+            self.archive.write_rollout(step, record, harness_log=harness_log(rollout),
+                                       verifier_files=verifier_files(rollout))
         for rollout in dropped:  # filed under the step that dropped them, never trained
-            self.archive.write_rollout(step, rollout.record, harness_log=harness_log(rollout))
+            self.archive.write_rollout(step, rollout.record, harness_log=harness_log(rollout),
+                                       verifier_files=verifier_files(rollout))
         extra |= {f"reward_log/{name}": sum(values) / len(values) for name, values in logged.items() if values}
         extra |= self._version_check(step, records)
         timings = {"rollout": rolled - started, "reward": scored - rolled}
