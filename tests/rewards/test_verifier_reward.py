@@ -131,9 +131,11 @@ def test_the_verifier_reward_needs_a_harbor_dataset():
     assert problem.where == "rewards[0].builtin" and "dataset: {harbor: DIR}" in problem.fix
 
 
-def test_a_harbor_job_without_rewards_is_scored_by_its_verifier(tmp_path: Path):
+def test_a_harbor_job_without_rewards_is_scored_by_its_verifier(tmp_path: Path, monkeypatch):
     from veri.services.trainer.validation_hook import TRAINER_CHECKS
 
+    # no Docker daemon to ask whether the fixture's FROM image is local (tests/core/test_harbor_images.py checks that)
+    monkeypatch.setattr("veri.validation.harbor_checks.docker_has_image", lambda: None)
     job_dir = make_job_dir(tmp_path)
     shutil.copytree(HARBOR_FIXTURES / "reward-txt", job_dir / "tasks" / "reward-txt")
     config = job(dataset={"harbor": "tasks"})

@@ -39,6 +39,11 @@ def _rng(family: str, index: int) -> random.Random:
     return random.Random(f"{family}-{index}")
 
 
+def _number_is(expected: int) -> str:
+    """The answer file's first word is the number (`wc -l FILE` writes the file's name after it)."""
+    return f'[ "$(awk \'NR == 1 {{print $1}}\' /app/answer.txt)" = "{expected}" ]'
+
+
 def write_word(i: int) -> Task:
     word = WORDS[i]
     return Task(f"write-word-{word}", "write_word",
@@ -57,8 +62,8 @@ def count_lines(i: int) -> Task:
     rng = _rng("count_lines", i)
     lines = [rng.choice(WORDS) for _ in range(rng.randint(3, 12))]
     return Task(f"count-lines-{i}", "count_lines",
-                "Count the lines of /app/data.txt and write the number to /app/answer.txt.",
-                f'[ "$(tr -d "[:space:]" < /app/answer.txt)" = "{len(lines)}" ]',
+                "Count the lines of /app/data.txt (wc -l) and write the number to /app/answer.txt.",
+                _number_is(len(lines)),
                 "wc -l < /app/data.txt > /app/answer.txt", {"data.txt": "\n".join(lines) + "\n"})
 
 
@@ -66,7 +71,7 @@ def upper_case(i: int) -> Task:
     rng = _rng("upper_case", i)
     text = " ".join(rng.choice(WORDS) for _ in range(4))
     return Task(f"upper-case-{i}", "upper_case",
-                "Write the text of /app/input.txt in upper case to /app/output.txt.",
+                "Write the text of /app/input.txt in upper case (tr a-z A-Z) to /app/output.txt.",
                 f'[ "$(tr -d "\\n" < /app/output.txt)" = "{text.upper()}" ]',
                 "tr a-z A-Z < /app/input.txt > /app/output.txt", {"input.txt": text + "\n"})
 
@@ -83,8 +88,8 @@ def sum_numbers(i: int) -> Task:
     rng = _rng("sum_numbers", i)
     numbers = [rng.randint(1, 50) for _ in range(rng.randint(2, 5))]
     return Task(f"sum-numbers-{i}", "sum_numbers",
-                "/app/numbers.txt holds one integer per line. Write their sum to /app/answer.txt.",
-                f'[ "$(tr -d "[:space:]" < /app/answer.txt)" = "{sum(numbers)}" ]',
+                "/app/numbers.txt holds one integer per line. Write their sum (awk) to /app/answer.txt.",
+                _number_is(sum(numbers)),
                 "awk '{s+=$1} END {print s}' /app/numbers.txt > /app/answer.txt",
                 {"numbers.txt": "\n".join(map(str, numbers)) + "\n"})
 
@@ -92,7 +97,7 @@ def sum_numbers(i: int) -> Task:
 def first_line(i: int) -> Task:
     rng = _rng("first_line", i)
     lines = rng.sample(WORDS, 4)
-    return Task(f"first-line-{i}", "first_line", "Write the first line of /app/data.txt to /app/answer.txt.",
+    return Task(f"first-line-{i}", "first_line", "Write the first line of /app/data.txt (head) to /app/answer.txt.",
                 f'[ "$(tr -d "[:space:]" < /app/answer.txt)" = "{lines[0]}" ]',
                 "head -n 1 /app/data.txt > /app/answer.txt", {"data.txt": "\n".join(lines) + "\n"})
 
@@ -102,7 +107,7 @@ def sort_lines(i: int) -> Task:
     words = rng.sample(WORDS, 5)
     expected = "\n".join(sorted(words))
     return Task(f"sort-lines-{i}", "sort_lines",
-                "Sort the lines of /app/words.txt alphabetically and write them to /app/sorted.txt.",
+                "Sort the lines of /app/words.txt (sort) and write them to /app/sorted.txt.",
                 f'[ "$(cat /app/sorted.txt)" = "{expected}" ]',
                 "sort /app/words.txt > /app/sorted.txt", {"words.txt": "\n".join(words) + "\n"})
 
@@ -113,15 +118,16 @@ def count_matches(i: int) -> Task:
     lines[rng.randrange(len(lines))] = f"ERROR {rng.choice(WORDS)}"  # at least one
     errors = sum(line.startswith("ERROR") for line in lines)
     return Task(f"count-errors-{i}", "count_matches",
-                "Count the lines of /app/log.txt that contain ERROR and write the number to /app/answer.txt.",
-                f'[ "$(tr -d "[:space:]" < /app/answer.txt)" = "{errors}" ]',
+                "Count the lines of /app/log.txt that contain ERROR (grep -c) and write the number to /app/answer.txt.",
+                _number_is(errors),
                 "grep -c ERROR /app/log.txt > /app/answer.txt", {"log.txt": "\n".join(lines) + "\n"})
 
 
 def python_function(i: int) -> Task:
     k = i + 2
     return Task(f"python-times-{k}", "python_function",
-                f"Write /app/solution.py defining a function `f(x)` that returns x multiplied by {k}.",
+                f"Write /app/solution.py defining a function `f(x)` that returns x multiplied by {k} "
+                "(one line: def f(x): ...).",
                 f'cd /app && python3 -c "from solution import f; assert f(3) == {3 * k} and f(-1) == {-k}"',
                 f"printf 'def f(x):\\n    return x * {k}\\n' > /app/solution.py")
 

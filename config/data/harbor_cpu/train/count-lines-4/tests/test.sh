@@ -1,7 +1,7 @@
 #!/bin/bash
 # 1 when the agent's work is right, else 0 (Harbor's reward.txt).
 mkdir -p /logs/verifier
-if ( [ "$(tr -d "[:space:]" < /app/answer.txt)" = "9" ] ) 2>/dev/null; then
+if ( [ "$(awk 'NR == 1 {print $1}' /app/answer.txt)" = "9" ] ) 2>/dev/null; then
   echo 1 > /logs/verifier/reward.txt
 else
   echo 0 > /logs/verifier/reward.txt
