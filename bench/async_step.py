@@ -107,7 +107,8 @@ def main() -> None:
                       + ", ".join(f"{ratio:.2f} (max_staleness {k})" for k, ratio in ratios.items()), flush=True)
     # the box's other load (shared cores) moves single rounds: say how busy it was
     print(f"{args.rounds} round(s) of {args.steps} steps per arm in {(time.monotonic() - began) / 60:.1f} min;"
-          f" load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
+          f" load average {load_before:.1f} before it began (the box's other work),"
+          f" {os.getloadavg()[0]:.1f} at the end (its own included)")
     for k in runs:
         if k:
             print(f"max_staleness {k}: " + spread(round_ratios(runs[k], runs[0])))
