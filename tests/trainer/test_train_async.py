@@ -58,10 +58,12 @@ def test_a_straggler_is_waited_for_at_its_deadline_and_trained_not_dropped(stack
     assert [line["tokens/stale_dropped"] for line in metrics] == [0, 0, 0]
     records = archived(job_dir)
     assert not any(v.rule == Rule.POLICY_VERSION_STALE for _, record in records for v in record.episode.verdicts)
-    # The held rollout (the one that ran 10 s) was trained at step 1, sampled under version 0.
+    # The held rollout (the one that ran 10 s) was trained at step 1, its first call sampled under version 0
+    # (its answer under 0 or 1: whether step 0 had trained within its 10 s wait depends on the box's load).
     [(step, held)] = [(step, record) for step, record in records
                       if record.spans[-1].started_at - record.spans[0].started_at >= 9]
-    assert (step, held.staleness, {span.policy_version for span in held.spans}) == (1, 1, {0})
+    assert (step, held.staleness, held.spans[0].policy_version) == (1, 1, 0)
+    assert {span.policy_version for span in held.spans} <= {0, 1}
     for step, record in records:  # trained rollouts carry their lag, their spans the versions that sampled them
         assert {span.policy_version for span in record.spans} <= {step - 1, step}
     assert "dropped" not in (job_dir / "logs" / "train.log").read_text()
