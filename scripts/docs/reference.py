@@ -7,6 +7,7 @@
     docs/reference/cli.md      every `veri` command and its arguments, from the argument parsers (veri/cli.py
                                and each service's cli.py)
     docs/reference/rules.md    the episode rules, from core/episodes.py RULES
+    docs/reference/harbor-task.md   a Harbor task's task.toml as veri reads it (core/harbor_task.py)
 
 The pages are committed, so the README's links to them work wherever the repository is read; `make docs`
 rewrites them and `make lint` (tests/docs/test_reference.py) fails while a committed page differs from
@@ -350,12 +351,44 @@ A masked one adds nothing to the loss either, but its reward still counts in its
 """
 
 
+# --- a Harbor task's task.toml ---------------------------------------------------------------------------
+
+
+def harbor_task_reference() -> str:
+    from veri.core import harbor_task as ht
+
+    sections = {ht.TaskInfo: "task", ht.Author: "task.authors", ht.AgentSection: "agent",
+                ht.VerifierSection: "verifier", ht.EnvironmentSection: "environment",
+                ht.Healthcheck: "environment.healthcheck", ht.SolutionSection: "solution"}
+    links: dict[type, str] = dict(sections)
+    tables = "".join(f"### [{name}]\n\n{model_table(model, name + '.', links)}\n"
+                     for model, name in sections.items())
+    newest = ".".join(str(part) for part in ht.NEWEST_SCHEMA)
+    return HEADER.format(source="core/harbor_task.py") + f"""\
+# Harbor task reference (`{ht.TASK_FILE}`)
+
+Every key of a Harbor task's `{ht.TASK_FILE}` (Harbor's schema 1.0 to {newest}) as veri reads it. A task folder
+holds `{ht.TASK_FILE}`, `{ht.INSTRUCTION_FILE}` (the agent's prompt; leading canary lines dropped, as Harbor
+does), `<task>/{ht.TEST_SCRIPT}` (the verifier: it writes `/logs/verifier/reward.txt` or `reward.json`),
+`{ht.DOCKERFILE}` (or `[environment] docker_image`) and `solution/solve.sh`. The older spellings are read and
+normalised: `version` as `schema_version`, `memory = "2G"` / `storage = "10G"` as `memory_mb` / `storage_mb`,
+`allow_internet` as `network_mode`. Keys Harbor's schema does not have are named by `veri tasks check`,
+never dropped silently. What veri supports and refuses, and how to check tasks:
+[Training on Harbor tasks](../harbor-tasks.md).
+
+## The file
+
+{model_table(ht.HarborTaskConfig, "", links)}
+{tables}""".rstrip() + "\n"
+
+
 # --- writing and checking ---------------------------------------------------------------------------------
 
 PAGES: dict[str, Callable[[], str]] = {
     "docs/reference/config.md": config_reference,
     "docs/reference/cli.md": cli_reference,
     "docs/reference/rules.md": rules_reference,
+    "docs/reference/harbor-task.md": harbor_task_reference,
 }
 
 

@@ -23,6 +23,7 @@ from veri.tools.export import cli as export_cli
 from veri.tools.harness import cli as harness_cli
 from veri.tools.models import cli as models_cli
 from veri.tools.replay import cli as replay_cli
+from veri.tools.tasks import cli as tasks_cli
 
 DESCRIPTION = (
     "Train an LLM policy with reinforcement learning (GRPO) through your own agent program: veri runs the "
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     harness_cli.register(commands)
     models_cli.register(commands)
+    tasks_cli.register(commands)
 
     serve = commands.add_parser("serve", help="run one veri service in the foreground")
     services = serve.add_subparsers(dest="service", required=True, metavar="SERVICE")

@@ -12,6 +12,7 @@ from scripts.docs import reference
 from veri.cli import build_parser, commands
 from veri.core.config import JobConfig
 from veri.core.episodes import RULES
+from veri.core.harbor_task import EnvironmentSection, HarborTaskConfig
 from veri.core.harness import HarnessManifest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,6 +45,11 @@ def test_every_key_command_and_rule_has_its_row():
     assert "`--policy-url URL`" in cli and "| `--workers WORKERS` | `1` |" in cli
     for rule, spec in RULES.items():
         assert f"| `{rule.value}` |" in rules and spec.fix[:30] in rules
+    harbor = reference.harbor_task_reference()
+    for name in HarborTaskConfig.model_fields:
+        assert f"| `{name}` |" in harbor
+    for name in EnvironmentSection.model_fields:
+        assert f"| `environment.{name}` |" in harbor
 
 
 def test_the_cli_page_holds_no_value_of_the_machine_it_was_made_on(monkeypatch: pytest.MonkeyPatch):

@@ -124,7 +124,9 @@ class JobConfig(BaseModel):
         description="policy server: vllm (GPU) or hf (CPU); unset is vllm, and refused on a machine with no"
         " NVIDIA GPU (say which you mean)",
     )
-    dataset: DatasetConfig = Field(description="trainer: the tasks (JSONL); each row is one GRPO group's task")
+    dataset: DatasetConfig = Field(
+        description="trainer: the tasks (JSONL, or Harbor task folders); each row is one GRPO group's task"
+    )
     harness_bundle: Path = Field(description="launcher: the harness bundle folder (manifest + code)")
     harness_protocol: HarnessProtocol = Field(default=HarnessProtocol.OPENAI, description="launcher: SDK routes")
     rewards: list[RewardConfig] = Field(min_length=1, description="trainer: reward functions, summed with weights")
@@ -284,7 +286,7 @@ PlacePath = Callable[[str, Path], Path]
 
 
 def map_paths(config: JobConfig, place: PlacePath) -> JobConfig:
-    """The job with every path it names (model, harness_bundle, dataset.path, eval_dataset.path, rewards[].file)
+    """The job with every path it names (model, harness_bundle, dataset.path/harbor, eval_dataset.*, rewards[].file)
     replaced by `place(where, path)`: the job as another machine or container sees it. Keeps which keys the
     file set (a `model_dump(exclude_unset=True)` writes the same keys back)."""
     values = _map_paths({name: getattr(config, name) for name in config.model_fields_set}, place)
@@ -303,7 +305,9 @@ def _map_paths(values: dict[str, Any], place: PlacePath) -> dict[str, Any]:
             values[name] = place(name, values[name])
     for name in ("dataset", "eval_dataset"):
         if values.get(name) is not None:
-            values[name] = values[name].model_copy(update={"path": place(f"{name}.path", values[name].path)})
+            values[name] = values[name].model_copy(update={
+                key: place(f"{name}.{key}", getattr(values[name], key))
+                for key in ("path", "harbor") if getattr(values[name], key) is not None})
     if "rewards" in values:
         values["rewards"] = [
             reward.model_copy(update={"file": place(f"rewards[{i}].file", reward.file)}) if reward.file else reward

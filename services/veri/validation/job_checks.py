@@ -20,6 +20,7 @@ from veri.core import envs
 from veri.core.config import Backend, JobConfig, RewardConfig, UnknownKeyFix
 from veri.core.dataset import read_dataset
 from veri.core.grpo import StepBatch
+from veri.core.harbor_task import check_tasks
 from veri.core.harness import MANIFEST_FILE, ManifestError, load_manifest
 from veri.core.problems import Problem, ProblemsError
 from veri.gpu import pins, planner
@@ -88,6 +89,8 @@ def _model(config: JobConfig, context: CheckContext) -> list[Problem]:
 
 
 def _dataset(config: JobConfig, context: CheckContext) -> list[Problem]:
+    if config.dataset.harbor is not None:  # what the tasks' files hold that veri ignores or cannot serve offline
+        context.notes += [f"dataset.harbor: {note}" for note in check_tasks(config.dataset.harbor).notes]
     try:
         rows = read_dataset(config.dataset)
     except ProblemsError as error:

@@ -98,7 +98,7 @@ class PeriodicEval(TrainerCallback):
             described = {"job": self.options.job_name, "checkpoint": f"step {version} (eval_every)",
                          "step": version, "samples_per_task": self.config.eval_samples,
                          "temperature": self.config.sampling.temperature, "tasks": None,
-                         "split": str(self.config.eval_dataset.path) if self.config.eval_dataset else None,
+                         "split": str(self.config.eval_dataset.source) if self.config.eval_dataset else None,
                          "policy_version": version}
             archive.start_job(model=self.options.job_name, max_steps=1,
                               config={**self.config.model_dump(mode="json"), "eval": described})
