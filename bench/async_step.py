@@ -12,8 +12,10 @@ An instrument, not an anecdote: `--rounds` rounds (3) of `--steps` steps (20) pe
 interleaved within each round (0, 1, 0, 1, ...), so the box's other load falls on both. Per run: the
 mean step time (the steps after the first), the staleness max, the mean reward, the policy's busy
 fraction (its forward-pass seconds, from the server's /stats, over the steps' seconds) and the rollouts
-dropped as stale. Per round: its async/sync ratio; then their median and min-max, and the dropped
-fraction per arm. Last line (the median ratio; the other figures over every round):
+dropped as stale. Per round: its async/sync ratio; then their median and min-max, the dropped
+fraction per arm, the targets (bench/async_figures.py) met or missed with the reward difference per
+round, and the load average before and after. Last line (the median ratio; the other figures pooled
+over the rounds):
 
     async/sync step time: R (max_staleness 1; staleness max S; reward sync A async B; policy busy P0 -> P1;
     dropped D%)
