@@ -17,7 +17,14 @@ CODEX := build/codex/$(CODEX_VERSION)/codex
 # and process tiers run (scripts/test/run.sh).
 TEST_DEPS :=
 TEST_PREPARED := claude-code codex
--include mk/*.mk
+# The included makefiles, in this order (what was each glob's alphabetical order): docker.mk sets VENDOR and
+# IMAGE_PREFIX before gpu.mk and vllm_cpu.mk expand them (:=), and TEST_DEPS / TEST_PREPARED grow in this
+# order (lint first, then the Kubernetes build; Chromium before the registry). A new mk/*.mk goes here too:
+# make refuses to run while one is missing from the list.
+MK_FILES := branches bundle console docker docs fidelity gpu harness kubernetes lint reliability sft stack vllm_cpu
+include $(MK_FILES:%=mk/%.mk)
+$(if $(filter-out $(MK_FILES:%=mk/%.mk),$(wildcard mk/*.mk)),\
+  $(error $(filter-out $(MK_FILES:%=mk/%.mk),$(wildcard mk/*.mk)): not in the Makefile's MK_FILES; add it there))
 # `make` alone lists the targets (the first rule above is an included one).
 .DEFAULT_GOAL := help
 

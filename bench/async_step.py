@@ -39,8 +39,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.async_figures import comparison_line, dropped_fraction, job_figures, pool, round_ratios, spread, verdict
-from tests.servers import start_server
-from tests.trainer.conftest import MAX_TOKENS, SCRIPT, write_job
+from testkit.servers import start_server
+from testkit.trainer_jobs import MAX_TOKENS, SCRIPT, write_job
 from veri.archive import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]

@@ -32,10 +32,11 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.console.archive import TIMINGS, Tokens, record, step_records, tool_rollout
-from tests.core.spans import make_span
+from testkit.console_archive import TIMINGS, Tokens, record, step_records, tool_rollout
+from testkit.spans import make_span
 from veri.archive import JobArchive, step_metrics
-from veri.archive.index import COLUMNS, IndexWriter, index_row
+from veri.archive.index import COLUMNS, index_row
+from veri.archive.index_writer import IndexWriter
 from veri.services.console.app import create_app
 from veri.services.console.settings import ConsoleSettings
 

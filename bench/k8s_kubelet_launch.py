@@ -3,7 +3,7 @@
 One bundle image (tests/kubernetes/bundles/launch_probe: bash writes $EPOCHREALTIME into its output
 folder as its first and only act) runs N times through each backend, interleaved one rollout at a time
 (kubelet, docker, docker, kubelet, ...) so load drift on the box hits both alike. Both run under runsc on
-this host's Docker: the kubernetes backend through our kubelet (tests/kubernetes/cluster.py:
+this host's Docker: the kubernetes backend through our kubelet (testkit/kubernetes_cluster.py:
 kubelet_cluster, RuntimeClass `gvisor` -> runsc), the docker backend directly.
 
 The intervals, each per rollout, on the host's clock (gVisor reads the host's):
@@ -44,7 +44,7 @@ if str(REPO) not in sys.path:
 
 import docker  # noqa: E402
 
-from tests.kubernetes.cluster import KubeCluster, fresh_namespace, kubelet_cluster, wait_for, wait_for_build  # noqa: E402
+from testkit.kubernetes_cluster import KubeCluster, fresh_namespace, kubelet_cluster, wait_for, wait_for_build  # noqa: E402
 from veri.core.harness import rollout_env  # noqa: E402
 from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch, SandboxLimits  # noqa: E402
 from veri.services.launcher.backend import SandboxBackend  # noqa: E402

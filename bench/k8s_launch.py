@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client  # noqa: E402
 
-from tests.kubernetes.cluster import ControlPlane, wait_for_build  # noqa: E402
+from testkit.kubernetes_cluster import ControlPlane, wait_for_build  # noqa: E402
 from veri.core.harness import rollout_env  # noqa: E402
 from veri.core.launch import GroupLaunch, RolloutLaunch, SandboxLimits  # noqa: E402
 from veri.services.launcher.group import run_group  # noqa: E402

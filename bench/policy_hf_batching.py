@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.servers import start_server
+from testkit.servers import start_server
 
 REQUESTS = 8
 

@@ -50,7 +50,7 @@ import psutil
 from transformers import AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.servers import free_port, start_server
+from testkit.servers import free_port, start_server
 from veri.services.proxy.timing import GC_PAUSES as CLIENT_GC  # this process's collections (gc.callbacks)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -44,7 +44,7 @@ import httpx
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.servers import free_port, start_server
+from testkit.servers import free_port, start_server
 from veri.core import sampling
 from veri.core.config import JobConfig, parse_config, read_config_file
 from veri.core.dataset import read_dataset
@@ -201,6 +201,7 @@ def score(config: JobConfig, tasks: list[dict[str, Any]], drawn: dict[str, Sampl
     from veri.loop.rewards import RewardFunction
     from veri.services.trainer.grpo.rewards import trl_reward_funcs
     from veri.services.trainer.grpo.setup import build_trainer, grpo_config_kwargs, seat_weight_sync
+    from veri.services.trainer.grpo.trl_internals import generation_batch
     from veri.services.trainer.schedule.tasks import task_index, task_key, trl_dataset
     from veri.services.trainer.weights.sync import PushedAfterEachStep
 
@@ -244,10 +245,10 @@ def score(config: JobConfig, tasks: list[dict[str, Any]], drawn: dict[str, Sampl
         trainer.model.train()
         batch = [{"prompt": task_key(key)} for key in range(keys) for _ in range(group)]
         started = time.monotonic()
-        fresh = trainer._generate_and_score_completions(batch)
+        fresh = generation_batch(trainer, batch)
         trainer.train()  # one optimizer step on the same samples: version 1
         trainer.model.train()
-        stale = trainer._generate_and_score_completions(batch)
+        stale = generation_batch(trainer, batch)
         seconds = time.monotonic() - started
     cap, rows = config.importance_sampling_cap, len(tasks) * group
     figures = {}

@@ -26,8 +26,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.servers import start_server
-from tests.trainer.conftest import MAX_TOKENS, SCRIPT, write_job
+from testkit.servers import start_server
+from testkit.trainer_jobs import MAX_TOKENS, SCRIPT, write_job
 from veri.archive import read_metrics
 
 # The same loop as tests/trainer/conftest.py's AGENT, on urllib: two chat calls, one tool result.

@@ -2,7 +2,7 @@
 
     python bench/trained_fraction.py --model build/models/tiny [NAME ...]      (make bench-branches)
 
-Runs every demo the replay recordings are made from, live and unmodified (tests/replay/record_demos.py:
+Runs every demo the replay recordings are made from, live and unmodified (testkit/record_demos.py:
 the OpenAI-SDK, Claude Code, Codex and inline bundles, Claude Code handing its task to a sub-agent, the
 Anthropic SDK's and the Responses API's tool loops, the Anthropic SDK's loop compacting its history)
 against the scripted tiny-model policy behind a capture proxy, and prints, from each rollout's spans and
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.replay.record_demos import BENCH_ONLY, demo_recordings
+from testkit.record_demos import BENCH_ONLY, demo_recordings
 from veri.core.token_account import sampled_tokens, token_account
 from veri.tools.replay.recording import Recording
 

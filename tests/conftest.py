@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from testkit.servers import RunningServer, start_server
 from tests import ci_skips, tiers
-from tests.servers import RunningServer, start_server
 
 # A suite started in the background by a non-interactive shell (`... &`, nohup) inherits SIGINT
 # ignored, and so would every process it starts: `make train` would shrug off the Ctrl-C that
@@ -35,6 +35,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+@tiers.fixture_needs("process")
 def policy_server(tiny_model: Path) -> Iterator[RunningServer]:
     """`veri serve policy` on the tiny model, shared by the whole session."""
     with start_server(["serve", "policy", "--model", str(tiny_model)]) as server:
@@ -46,12 +47,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    tiers.mark(items)  # unit, service, sandbox, stack, vllm, kubernetes, browser (tests/tiers.py)
+    tiers.mark(items)  # each test's tiers, from the needs it declares (tests/tiers.py)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A tier's tools are checked where its tests run, never at collection: `make test` collects every
-    tier while its background set-up is still installing them (tests/core/test_collection.py)."""
+    tier while its background set-up is still installing them (tests/core/test_collection.py). A test whose
+    code needs more than it declares fails here (tests/tiers.py's check)."""
+    tiers.check(item)
     for tier, missing in tiers.NEEDS.items():
         if item.get_closest_marker(tier) is not None and (why := missing()):
             pytest.fail(why, pytrace=False)

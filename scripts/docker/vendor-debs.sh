@@ -5,12 +5,14 @@
 # the build's loopback server (e.g. libnuma1: vLLM's CPU kernels link it; os-base stays minimal).
 # "What the OS base lacks" is read from the vendored rootfs's dpkg status (vendor/os/rootfs.tar),
 # or from BASE_OS_IMAGE's; packages come from the same Debian suite as the OS base (debian-mirror.sh).
-# Skipped when the inputs are unchanged and the lock matches.
+# RECOMMENDS=true also takes their Recommends (what a plain `apt-get install` in a Dockerfile installs:
+# `veri tasks vendor`). Skipped when the inputs are unchanged and the lock matches.
 set -euo pipefail
 OUT=${1:?out dir}; shift
 [ $# -gt 0 ] || { echo "usage: vendor-debs.sh OUT PKG..." >&2; exit 2; }
 SUITE=${SUITE:-bookworm}
 VENDOR=${VENDOR:-vendor}
+RECOMMENDS=${RECOMMENDS:-false}
 here=$(dirname "$0")
 
 mkdir -p "$(dirname "$OUT")"
@@ -22,7 +24,7 @@ else
   [ -s "$VENDOR/os/rootfs.tar" ] || { echo "vendor-debs: no $VENDOR/os/rootfs.tar: run make vendor-os first" >&2; exit 1; }
   tar -xOf "$VENDOR/os/rootfs.tar" ./var/lib/dpkg/status >"$tmp/status"
 fi
-inputs=$(printf 'suite=%s packages=%s base=%s\n' "$SUITE" "$*" "$(sha256sum <"$tmp/status" | cut -c1-16)")
+inputs=$(printf 'suite=%s packages=%s base=%s%s\n' "$SUITE" "$*" "$(sha256sum <"$tmp/status" | cut -c1-16)" "$([ "$RECOMMENDS" = false ] || echo " recommends")")
 if [ "$(cat "$OUT/.inputs" 2>/dev/null)" = "$inputs" ] && (cd "$OUT" && sha256sum --quiet -c lock.txt) 2>/dev/null; then
   echo "vendor-debs: $OUT is up to date"; exit 0
 fi
@@ -39,7 +41,7 @@ apt=(apt-get -q -o "Dir::Etc::SourceList=$tmp/sources.list" -o Dir::Etc::SourceP
   -o "Dir::State::Lists=$tmp/lists" -o "Dir::State::status=$tmp/status"
   -o "Dir::State::extended_states=$tmp/extended_states" -o "Dir::Cache=$tmp" -o "Dir::Cache::archives=$tmp/archives"
   -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o APT::Architecture=amd64 -o APT::Architectures::=amd64
-  -o APT::Install-Recommends=false -o APT::Sandbox::User=root -o Debug::NoLocking=1)
+  -o APT::Install-Recommends=$RECOMMENDS -o APT::Sandbox::User=root -o Debug::NoLocking=1)
 echo "vendor-debs: $OUT ($*, from $MIRROR $SUITE)"
 "${apt[@]}" update >"$tmp/apt.log" 2>&1 || { tail -20 "$tmp/apt.log" >&2; exit 1; }
 "${apt[@]}" install -y --download-only "$@" >>"$tmp/apt.log" 2>&1 || { tail -20 "$tmp/apt.log" >&2; exit 1; }

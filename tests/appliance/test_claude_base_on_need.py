@@ -31,6 +31,7 @@ def make(*args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.needs("process")
 def test_make_images_leaves_it_out_and_make_test_builds_it():
     assert "base-claude-agent" not in make_images() and "base-codex-agent" in make_images()
     for target in ("images", "up", "train", "bundle"):
@@ -76,6 +77,7 @@ def train_sh(tmp_path: Path, config: Path) -> tuple[subprocess.CompletedProcess,
     return done, asked.read_text().splitlines() if asked.exists() else []
 
 
+@pytest.mark.needs("process")
 @pytest.mark.parametrize(("job", "builds"), [("cpu_demo", []),
                                              ("claude", ["--no-print-directory images-claude-agent"])])
 def test_make_train_builds_it_for_a_bundle_from_it_only(tmp_path: Path, job: str, builds: list[str]):

@@ -54,6 +54,7 @@ def test_the_planner_probe_reads_a_real_h200(recorded_h200):
     assert inventory.memory_gib == pytest.approx(143771 / 1024)
 
 
+@pytest.mark.needs("process")
 def test_the_check_runs_on_cpu_with_the_tiny_model(tmp_path: Path):
     out = tmp_path / "out"
     done = subprocess.run(

@@ -86,6 +86,7 @@ def test_without_a_gpu_it_says_the_cpu_path_is_the_one_available(monkeypatch: py
     assert gpu_job["NVIDIA GPUs"].status == Status.FAIL and "url_extract_cpu.yaml" in gpu_job["NVIDIA GPUs"].fix
 
 
+@pytest.mark.needs("process")
 def test_a_job_without_backend_gets_validates_refusal_not_needs_gpus(smi, tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch):
     """make train runs doctor before anything else: a job that does not say `backend:` on a box with no NVIDIA
@@ -144,6 +145,7 @@ def test_the_jobs_model_folder_and_plan(smi, tmp_path: Path):
     assert big["plan"].status == Status.PASS and "trainer on GPU 0" in big["plan"].found
 
 
+@pytest.mark.needs("process")
 def test_the_cli_exits_1_on_a_failure_and_prints_each_fix(tmp_path: Path):
     folder = nvidia_smi.install(tmp_path / "smi", nvidia_smi.gpus(4, 80, driver="550.54.15"))
     env = {"PATH": f"{folder}:/usr/bin:/bin", "HOME": str(tmp_path)}
@@ -164,6 +166,7 @@ def _docker_answers() -> bool:
         ["docker", "info"], capture_output=True, timeout=60).returncode == 0
 
 
+@pytest.mark.needs("docker")
 @pytest.mark.skipif(not _docker_answers(), reason="needs dockerd (make docker)")
 def test_the_container_probe_fails_without_the_nvidia_runtime_and_leaves_nothing(smi):
     """This box's dockerd has no NVIDIA runtime: compose's device request cannot be met."""

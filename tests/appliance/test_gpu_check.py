@@ -15,6 +15,8 @@ import yaml
 
 from tests import nvidia_smi
 
+pytestmark = pytest.mark.needs("process")
+
 REPO = Path(__file__).resolve().parents[2]
 
 

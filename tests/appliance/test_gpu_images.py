@@ -18,7 +18,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from tests.trainer.conftest import write_job
+from testkit.trainer_jobs import write_job
 from veri.core.config import parse_config
 from veri.gpu.job import plan_job
 from veri.gpu.pins import GPU_CONSTRAINTS, GPU_PINS
@@ -33,7 +33,7 @@ TRAINER = f"{PREFIX}/trainer-gpu"
 # parsed are the same on every platform.
 NO_GPU = {"VLLM_TARGET_DEVICE": "cpu"}
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("vllm"), pytest.mark.slow]
 
 PROBE = """
 import importlib.metadata as m, json, sys, torch

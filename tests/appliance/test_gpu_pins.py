@@ -107,6 +107,7 @@ def test_the_trl_record_is_the_installed_trls_metadata():
     assert recorded and recorded == [str(pins.Requirement(r)) for r in requires("trl") or []]
 
 
+@pytest.mark.needs("vllm")
 @pytest.mark.parametrize("package", sorted(pins.BINDING))
 def test_each_record_is_its_vendored_wheels_metadata(package: str):
     version = pins.GPU_PINS[pins.PIN_OF.get(package, package)]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.trainer.conftest import write_job
+from testkit.trainer_jobs import write_job
 from veri.core.config import parse_config
 from veri.gpu.job import plan_job
 from veri.gpu.planner import GpuInventory, GpuLayout

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from veri.core.config import parse_config, read_config_file
@@ -35,6 +36,7 @@ def private_copy(tmp_path: Path, raw: dict) -> Path:
     return path
 
 
+@pytest.mark.needs("process")
 def test_the_trainer_gets_a_copy_it_can_read_with_the_paths_it_sees(tmp_path: Path) -> None:
     original = private_copy(tmp_path, read_config_file(JOB))
     done = stack_env(original, tmp_path / "state", "--name", "demo")
@@ -52,6 +54,7 @@ def test_the_trainer_gets_a_copy_it_can_read_with_the_paths_it_sees(tmp_path: Pa
     assert "backend" in staged and "eval_dataset" not in staged  # the keys the file set, no more
 
 
+@pytest.mark.needs("process")
 def test_a_path_the_trainer_cannot_see_is_refused_before_anything_starts(tmp_path: Path) -> None:
     raw = read_config_file(JOB)
     outside = tmp_path / "data.jsonl"
@@ -64,6 +67,7 @@ def test_a_path_the_trainer_cannot_see_is_refused_before_anything_starts(tmp_pat
     assert not (tmp_path / "state" / JOB_FILES_IN_TRAINER.name / "demo.yaml").exists()
 
 
+@pytest.mark.needs("process")
 def test_a_name_that_is_not_a_folder_name_is_refused(tmp_path: Path) -> None:
     done = stack_env(JOB, tmp_path / "state", "--name", "../escape")
     assert done.returncode == 1 and "not a job name" in done.stderr and "Traceback" not in done.stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.console.archive import write_job
+from testkit.console_archive import write_job
 from veri.services.console.app import create_app
 from veri.services.console.settings import ConsoleSettings
 

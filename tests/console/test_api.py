@@ -11,13 +11,15 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.console.archive import write_job
+from testkit.console_archive import write_job
 from veri.archive import read_rollout
 from veri.cli import main
 from veri.core.rollout_record import RolloutRecord
 from veri.services.console.app import create_app
 from veri.services.console.settings import ConsoleSettings
 from veri.tools.harness.debug import explain, read_records
+
+pytestmark = pytest.mark.needs("app")
 
 ROLLOUT = "/jobs/demo/steps/{step}/tasks/{task}/rollouts/{rollout}"
 

@@ -14,13 +14,14 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.select import Select
 
-from tests.console.archive import TIMINGS, Tokens, record, rewritten_rollout, write_job
+from testkit.console_archive import TIMINGS, Tokens, record, rewritten_rollout, write_job
+from testkit.servers import RunningServer, start_server
 from tests.console.browser import chromium, screenshot, wait_for
-from tests.servers import RunningServer, start_server
 from veri.archive import JobArchive, step_metrics
 from veri.tools.harness.debug import explain, read_records
 
-pytestmark = [pytest.mark.timeout(300)]  # chromium's absence fails each test as it runs (tests/conftest.py)
+# chromium's absence fails each test as it runs (tests/conftest.py)
+pytestmark = [pytest.mark.needs("browser"), pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")

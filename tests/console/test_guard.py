@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
 
 from veri.services.console.app import create_app
 from veri.services.console.guard import CSP, host_name
 from veri.services.console.settings import ConsoleSettings
+
+pytestmark = pytest.mark.needs("app")
 
 
 def _client(tmp_path, **settings) -> TestClient:

@@ -13,9 +13,12 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
-from tests.console.archive import write_job
-from tests.servers import start_server
+from testkit.console_archive import write_job
+from testkit.servers import start_server
+
+pytestmark = pytest.mark.needs("process")
 
 
 def _workers(master: psutil.Process) -> set[int]:

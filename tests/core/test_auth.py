@@ -15,16 +15,19 @@ from veri.services.launcher.app import create_app
 from veri.services.launcher.settings import LauncherSettings
 
 
+@pytest.mark.needs("app")
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.53", "::1", "[::1]", "localhost"])
 def test_loopback_hosts(host):
     assert is_loopback(host)
 
 
+@pytest.mark.needs("app")
 @pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "::", "proxy", "", None, "testclient"])
 def test_other_hosts_are_not_loopback(host):
     assert not is_loopback(host)
 
 
+@pytest.mark.needs("app")
 def test_the_rule():
     # A token: the request must bear it, from anywhere (loopback included).
     assert refusal(token="t", presented="t", client_host="10.0.0.9", what="x") is None
@@ -36,6 +39,7 @@ def test_the_rule():
     assert bearer("Bearer  abc ") == "abc" and bearer("Basic abc") is None and bearer(None) is None
 
 
+@pytest.mark.needs("app")
 def test_an_open_bind_without_a_token_is_refused_with_the_fix(monkeypatch):
     refuse_open_bind(service="s", host="127.0.0.1", token=None)
     refuse_open_bind(service="s", host="0.0.0.0", token="t")
@@ -47,6 +51,7 @@ def test_an_open_bind_without_a_token_is_refused_with_the_fix(monkeypatch):
     refuse_open_bind(service="s", host="0.0.0.0", token=None, allow_env="ALLOW")
 
 
+@pytest.mark.needs("process")
 @pytest.mark.parametrize("service", ["proxy", "launcher", "policy", "console"])
 def test_veri_serve_refuses_a_non_loopback_bind_without_a_token(service, tmp_path):
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
@@ -59,6 +64,7 @@ def test_veri_serve_refuses_a_non_loopback_bind_without_a_token(service, tmp_pat
     assert ("VERI_CONSOLE_TOKEN" if service == "console" else "VERI_CONTROL_TOKEN") in done.stdout + done.stderr
 
 
+@pytest.mark.needs("app")
 def test_the_launcher_without_a_token_serves_loopback_clients_only(tmp_path):
     """It used to accept any client when no token was set."""
     group = GroupLaunch(launches=[launch(bundle(tmp_path, "ok", "print('x')\n"), "r1")])
@@ -72,6 +78,7 @@ def test_the_launcher_without_a_token_serves_loopback_clients_only(tmp_path):
     assert result["status"] == "completed"
 
 
+@pytest.mark.needs("app")
 def test_the_policy_weight_route_follows_the_rule(tiny_model, tmp_path):
     from veri.services.policy.hf.server import create_app as policy_app
     from veri.services.policy.hf.settings import PolicySettings

@@ -48,6 +48,7 @@ def _pytest(tmp_path: Path, source: str, ci: str | None) -> subprocess.Completed
                           text=True, timeout=120)
 
 
+@pytest.mark.needs("process")
 def test_an_allowed_skip_passes_under_ci(tmp_path: Path):
     done = _pytest(tmp_path, ALLOWED_SKIP, "true")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -55,6 +56,7 @@ def test_an_allowed_skip_passes_under_ci(tmp_path: Path):
     assert "not allowed" not in done.stdout
 
 
+@pytest.mark.needs("process")
 @pytest.mark.parametrize("ci, code", [("true", 1), (None, 0), ("false", 0)])
 def test_an_unlisted_skip_fails_only_under_ci(tmp_path: Path, ci: str | None, code: int):
     done = _pytest(tmp_path, UNLISTED_SKIP, ci)

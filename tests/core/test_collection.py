@@ -14,7 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.hidden_tools import path_without
+
+pytestmark = pytest.mark.needs("process")
 
 REPO = Path(__file__).resolve().parents[2]
 # What make's set-up installs for the later tiers (make chromium, make docker, the CLIs, the k8s build)

@@ -9,6 +9,8 @@ import platform
 import subprocess
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts/torch-cpu.sh"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -43,12 +45,14 @@ def _run(pip: Path, *args: str) -> subprocess.CompletedProcess:
                           timeout=60)
 
 
+@pytest.mark.needs("process")
 def test_pips_own_sources_come_first(tmp_path: Path) -> None:
     pip, calls = _fake_pip(tmp_path, has_cpu_wheel=True)
     assert _run(pip).returncode == 0
     assert calls.read_text().splitlines() == ["install -q torch==2.13.0+cpu"]
 
 
+@pytest.mark.needs("process")
 def test_without_a_local_cpu_wheel_it_comes_from_pytorchs_cpu_index(tmp_path: Path) -> None:
     pip, calls = _fake_pip(tmp_path, has_cpu_wheel=False)
     done = _run(pip, "--no-cache-dir")
@@ -60,6 +64,7 @@ def test_without_a_local_cpu_wheel_it_comes_from_pytorchs_cpu_index(tmp_path: Pa
     assert "not in pip's configured sources" in done.stderr and CPU_INDEX in done.stderr
 
 
+@pytest.mark.needs("process")
 def test_make_venv_installs_the_cpu_build_of_pyprojects_pin(tmp_path: Path) -> None:
     dry = subprocess.run(["make", "-n", "venv", f"VENV={tmp_path / 'venv'}"], cwd=REPO, capture_output=True,
                          text=True, timeout=60)

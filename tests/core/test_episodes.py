@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from tests.core.spans import bridged_chain, make_span
+from testkit.spans import bridged_chain, make_span
 from veri.core.episodes import RULES, Effect, RolloutStatus, RowKind, Rule, build_episode, truncate_episode
 from veri.core.records import PromptSource, TokenFidelity
 from veri.core.rollout_record import RewardOutcome, RolloutRecord

@@ -17,6 +17,8 @@ import pytest
 
 from tests.hidden_tools import path_without
 
+pytestmark = pytest.mark.needs("process")
+
 REPO = Path(__file__).resolve().parents[2]
 RUNSC_MIN = 20240729  # scripts/docker/setup.sh
 

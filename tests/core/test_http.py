@@ -13,8 +13,10 @@ import pytest
 from fastapi import FastAPI, Header
 from pydantic import BaseModel
 
-from tests.servers import free_port
+from testkit.servers import free_port
 from veri.infra.http import AsyncJsonClient, HttpCallError, JsonClient
+
+pytestmark = pytest.mark.needs("app")
 
 
 class Reply(BaseModel):

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import veri.core
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,6 +28,7 @@ print(json.dumps(sorted(name for name in sys.modules if name.split(".")[0] in ("
 """
 
 
+@pytest.mark.needs("process")
 def test_core_loads_neither_trl_nor_peft():
     result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120, check=True,
                             cwd=REPO)

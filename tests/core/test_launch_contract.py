@@ -14,6 +14,8 @@ from veri.core.records import SessionCreate
 from veri.services.launcher.app import create_app
 from veri.services.launcher.settings import LauncherSettings
 
+pytestmark = pytest.mark.needs("app")
+
 
 def _launch(**kw) -> RolloutLaunch:
     return RolloutLaunch(**{"rollout_id": "r-1", "image": "veri/harness-x", "env": {}, "timeout_s": 5, **kw})

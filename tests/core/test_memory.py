@@ -170,6 +170,7 @@ def _validate(tmp_path: Path, config: Path, devices: list[nvidia_smi.Gpu]) -> su
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.needs("process")
 def test_veri_validate_refuses_the_full_fine_tune_on_one_24gb_gpu_and_names_the_fix(tmp_path: Path):
     done = _validate(tmp_path, REPO / "config/url_extract.yaml", nvidia_smi.gpus(1, 24))
     assert done.returncode == 1, done.stdout + done.stderr

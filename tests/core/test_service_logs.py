@@ -12,8 +12,8 @@ import time
 import httpx
 import pytest
 
+from testkit.servers import start_server, stop_server
 from tests.logs import json_events, requests_logged
-from tests.servers import start_server, stop_server
 from veri.core import envs
 from veri.infra.logging import log_format
 
@@ -26,6 +26,7 @@ def _served(args: list[str], service: str, paths: list[str], **server: object) -
         return json_events(running.log(), service)
 
 
+@pytest.mark.needs("process")
 def test_console_webfixture_and_launcher_log_json(tmp_path):
     (tmp_path / "jobs").mkdir()
     services = {  # service: (its command, {path: the status each request gets})
@@ -61,6 +62,7 @@ def test_policy_logs_json(policy_server):
     assert ("/v1/completions", 200) in statuses and ("/v1/completions", 400) in statuses, statuses
 
 
+@pytest.mark.needs("process")
 def test_console_format_is_for_a_person(tmp_path):
     with start_server(["serve", "webfixture"], env={envs.VERI_LOG_FORMAT: "console"}) as running:
         httpx.get(f"{running.url}/pages/2.html", timeout=30)

@@ -64,6 +64,7 @@ def test_a_refused_value_names_the_flag_and_the_variable(monkeypatch, tmp_path: 
         proxy_cli.settings_from_args(parse_proxy(["--policy-url", "http://p:1"]))
 
 
+@pytest.mark.needs("process")
 def test_veri_serve_proxy_says_what_to_fix_and_exits_2(tmp_path: Path):
     done = subprocess.run([str(VERI), "serve", "proxy", "--policy-url", "http://127.0.0.1:1", "--model",
                            str(tmp_path), "--top-p", "2"], capture_output=True, text=True, timeout=60)

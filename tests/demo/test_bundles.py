@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tests.demo.conftest import BUNDLES, SUB_AGENT_BRIEF, image_bin, proxy_with_max_tokens, run_bundle
+from testkit.demo import BUNDLES, SUB_AGENT_BRIEF, image_bin, proxy_with_max_tokens, run_bundle
 from tests.proxy.conftest import assert_bridged_chain
 from veri.core.config import RewardConfig
 from veri.core.episodes import Effect, RowKind
@@ -56,6 +56,7 @@ def test_parse_answer(bundle, text, answer):
     assert load_agent(bundle).parse_answer(text) == answer
 
 
+@pytest.mark.needs("process")
 def test_openai_bundle_extracts_the_url(demo_proxy, session, control, openai_task, tmp_path):
     run = run_bundle("url_extract_openai", proxy=demo_proxy, session=session, row=openai_task, tmp_path=tmp_path)
     assert run.returncode == 0, run.explain()
@@ -75,6 +76,7 @@ def test_openai_bundle_extracts_the_url(demo_proxy, session, control, openai_tas
     assert all(s.token_fidelity == "captured" for s in (first, second))
 
 
+@pytest.mark.needs("process")
 def test_inline_bundle_answers_in_one_call(demo_proxy, session, control, openai_task, tmp_path):
     row = inline_task(openai_task["page"], base=openai_task["url"].split("/pages/")[0])
     run = run_bundle("url_extract_inline", proxy=demo_proxy, session=session, row=row, tmp_path=tmp_path)
@@ -94,6 +96,7 @@ def test_inline_agent_takes_the_first_url(reply, url):
     assert load_agent("url_extract_inline").first_url(reply) == url
 
 
+@pytest.mark.needs("process")
 def test_openai_bundle_out_of_turns_is_a_finished_rollout(demo_proxy, session, control, openai_task, tmp_path):
     run = run_bundle("url_extract_openai", proxy=demo_proxy, session=session, row=openai_task, tmp_path=tmp_path,
                      max_turns=1)
@@ -102,6 +105,7 @@ def test_openai_bundle_out_of_turns_is_a_finished_rollout(demo_proxy, session, c
     assert len(control.spans(session.rollout_id)) == 1
 
 
+@pytest.mark.needs("process")
 def test_openai_bundle_fails_on_model_api_errors(demo_proxy, session, openai_task, tmp_path):
     run = run_bundle("url_extract_openai", proxy=demo_proxy, session=session, row=openai_task, tmp_path=tmp_path,
                      api_key="veri-wrong-key")
@@ -110,6 +114,7 @@ def test_openai_bundle_fails_on_model_api_errors(demo_proxy, session, openai_tas
     assert not (run.output_dir / "answer.txt").exists()
 
 
+@pytest.mark.needs("docker")
 @pytest.mark.slow
 def test_claude_bundle_extracts_the_url(demo_proxy, session, control, claude_task, tmp_path):
     run = run_bundle("url_extract_claude", proxy=demo_proxy, session=session, row=claude_task, tmp_path=tmp_path)
@@ -129,6 +134,7 @@ def test_claude_bundle_extracts_the_url(demo_proxy, session, control, claude_tas
     assert all(s.token_fidelity == "captured" for s in spans)
 
 
+@pytest.mark.needs("docker")
 @pytest.mark.slow
 def test_claude_bundle_fails_on_model_api_errors(demo_proxy, session, claude_task, tmp_path):
     # An unknown rollout (404): Claude Code gives up at once (it retries a 401 for minutes).
@@ -151,6 +157,7 @@ def test_claude_bundle_tells_an_ending_from_a_failure(result, ending):
     assert load_agent("url_extract_claude").ending(result) == ending
 
 
+@pytest.mark.needs("docker")
 @pytest.mark.slow
 def test_claude_reply_cut_at_max_tokens_is_judged_not_masked(demo_policy, tiny_model, claude_task, tmp_path,
                                                              monkeypatch):
@@ -181,6 +188,7 @@ def test_claude_reply_cut_at_max_tokens_is_judged_not_masked(demo_policy, tiny_m
     assert record.model_copy(update={"reward": outcome}).trainable
 
 
+@pytest.mark.needs("docker")
 @pytest.mark.slow
 def test_claude_bundle_out_of_turns_is_a_finished_rollout(demo_proxy, session, claude_task, tmp_path):
     run = run_bundle("url_extract_claude", proxy=demo_proxy, session=session, row=claude_task, tmp_path=tmp_path,
@@ -190,6 +198,7 @@ def test_claude_bundle_out_of_turns_is_a_finished_rollout(demo_proxy, session, c
     assert json.loads((run.output_dir / "claude-result.json").read_text())["subtype"] == "error_max_turns"
 
 
+@pytest.mark.needs("docker")
 @pytest.mark.slow
 def test_claude_sub_agent_is_trained_as_a_row_of_its_own(demo_proxy, sub_agent_task, tmp_path, monkeypatch):
     """Claude Code hands the task to a sub-agent with its Agent tool (a new conversation, its own system

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.demo.conftest import (
+from testkit.demo import (
     BUNDLES,
+    CODEX_PAGE,
     answer_rule,
     fetch_rule,
     image_bin,
@@ -22,15 +23,13 @@ from tests.demo.conftest import (
     run_bundle,
     tool_call,
 )
+from testkit.servers import RunningServer, start_server
 from tests.demo.test_bundles import load_agent
 from tests.proxy.conftest import assert_bridged_chain
-from tests.servers import RunningServer, start_server
 from veri.core.harness import load_manifest
 from veri.core.records import SessionInfo
 from veri.services.proxy.control_client import ControlClient
 from veri.services.webfixture.pages import task
-
-CODEX_PAGE = 9  # the task the Codex-bundle tests run
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +76,7 @@ def test_manifest_and_answer_parsing():
     assert 'wire_api = "responses"' in config and 'web_search = "disabled"' in config
 
 
+@pytest.mark.needs("docker")
 @pytest.mark.slow
 def test_codex_bundle_extracts_the_url(codex_proxy, session, control, codex_task, tmp_path):
     run = run_bundle("url_extract_codex", proxy=codex_proxy, session=session, row=codex_task, tmp_path=tmp_path)
@@ -98,6 +98,7 @@ def test_codex_bundle_extracts_the_url(codex_proxy, session, control, codex_task
     assert first.path == "/v1/responses" and first.request["model"] == "policy"
 
 
+@pytest.mark.needs("docker")
 @pytest.mark.slow
 def test_codex_bundle_fails_on_model_api_errors(codex_proxy, session, codex_task, tmp_path):
     run = run_bundle("url_extract_codex", proxy=codex_proxy, session=session, row=codex_task, tmp_path=tmp_path,
@@ -107,6 +108,7 @@ def test_codex_bundle_fails_on_model_api_errors(codex_proxy, session, codex_task
     assert not (run.output_dir / "answer.txt").exists()
 
 
+@pytest.mark.needs("docker")
 @pytest.mark.slow
 def test_a_reply_cut_at_max_tokens_is_a_finished_rollout(codex_policy, tiny_model, codex_task, tmp_path):
     """Codex stops on a response.incomplete; the bundle reports a finished rollout with no answer."""
@@ -129,6 +131,7 @@ def veri(*args: str, path: list[str], timeout_s: float = 300) -> subprocess.Comp
                           timeout=timeout_s)
 
 
+@pytest.mark.needs("docker")
 @pytest.mark.slow
 def test_codex_with_its_default_config_runs_and_says_what_was_dropped(codex_proxy, codex_task, tmp_path):
     """Codex sends its hosted web_search tool (its config does not turn it off): the proxy leaves it out

@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 import httpx
 import pytest
 
-from tests.demo.conftest import REPO
+from testkit.demo import REPO
 from veri.core import envs
 from veri.services.webfixture.inline_tasks import LINKS_SHOWN, inline_dataset_text, inline_task
 from veri.services.webfixture.pages import (
@@ -61,6 +61,7 @@ def pages_digest() -> str:
     return hashlib.sha256("".join(page(i) for i in range(NUM_PAGES)).encode()).hexdigest()
 
 
+@pytest.mark.needs("process")
 def test_pages_are_a_pure_function_of_the_index():
     assert page(17) == page(17) and page(17) != page(18)
     code = "from tests.demo.test_webfixture import pages_digest; print(pages_digest())"
@@ -137,6 +138,7 @@ def test_base_url_from_argument_environment_or_default(monkeypatch):
     assert task(0)["url"] == "http://localhost:1234/pages/0.html"
 
 
+@pytest.mark.needs("process")
 def test_cli_writes_the_dataset(tmp_path):
     out = tmp_path / "data" / "tasks.jsonl"
     veri = [sys.executable, "-m", "veri.cli", "data", "url-extract"]
@@ -151,6 +153,7 @@ def test_cli_writes_the_dataset(tmp_path):
     assert bad.returncode == 2 and "--count" in bad.stderr
 
 
+@pytest.mark.needs("process")
 def test_server_serves_pages_health_and_404(webfixture):
     assert httpx.get(f"{webfixture.url}/health").json() == {"status": "ok", "pages": NUM_PAGES}
     reply = httpx.get(f"{webfixture.url}/pages/42.html")
@@ -160,6 +163,7 @@ def test_server_serves_pages_health_and_404(webfixture):
     assert httpx.get(f"{webfixture.url}/").status_code == 200
 
 
+@pytest.mark.needs("process")
 @pytest.mark.parametrize("path", [f"/pages/{NUM_PAGES}.html", "/pages/042.html", "/pages/-1.html", "/pages/abc.html",
                                   "/pages/1", "/pages/", "/nope"])
 def test_server_404s_unknown_pages(webfixture, path):

@@ -45,6 +45,7 @@ def test_help_opens_with_what_the_command_does(name, parser):
     assert problem(text) is None, f"`{name} --help` opens with {text!r}: {problem(text)}"
 
 
+@pytest.mark.needs("process")
 def test_veri_help_opens_with_what_veri_does():
     assert opening(build_parser().format_help()) == " ".join(DESCRIPTION.split())
     assert DESCRIPTION.startswith("Train an LLM policy")

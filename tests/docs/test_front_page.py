@@ -7,6 +7,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 PAGES = [README, *sorted((REPO / "docs").rglob("*.md"))]
@@ -44,6 +46,7 @@ def test_every_relative_link_of_the_readme_exists():
         assert (REPO / target).exists(), f"README.md links to {target}, which does not exist"
 
 
+@pytest.mark.needs("process")
 def test_every_make_target_the_pages_name_exists():
     targets = _targets()
     assert {"test", "train", "docs", "lint"} <= targets

@@ -8,6 +8,10 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.needs("process")
+
 REPO = Path(__file__).resolve().parents[2]
 RULE = re.compile(r"^([a-zA-Z0-9_.-]+):(?!=).*## (.*)$", re.MULTILINE)
 

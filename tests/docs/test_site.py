@@ -40,12 +40,14 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.needs("process")
 def test_the_site_builds_strict_and_offline(site: Path):
     for page in ("index.html", "getting-started.html", "reference/config.html", "reference/cli.html",
                  "reference/rules.html", "architecture.html", "benchmarks.html"):
         assert (site / page).is_file(), page
 
 
+@pytest.mark.needs("process")
 def test_a_page_reads_nothing_from_the_internet(site: Path):
     assert REMOTE_ASSET.search('<link rel="stylesheet" href="https://fonts.example/css">')  # what it looks for
     pages = sorted(site.rglob("*.html"))
@@ -55,6 +57,7 @@ def test_a_page_reads_nothing_from_the_internet(site: Path):
         assert found is None, f"{page.relative_to(site)} loads {found.group(0)!r}: the site is read air-gapped too"
 
 
+@pytest.mark.needs("process")
 def test_the_home_page_is_the_readme_with_site_links(site: Path):
     home = (site / "index.html").read_text(encoding="utf-8")
     assert "Harness-in-the-loop RL on your own box" in home
@@ -67,6 +70,7 @@ def test_home_page_links_and_table_pipes():
     assert unescape_table_code("| `a \\| b` | c \\| d |\ntext `x \\| y`") == "| `a | b` | c \\| d |\ntext `x \\| y`"
 
 
+@pytest.mark.needs("process")
 def test_a_broken_link_fails_the_build(tmp_path: Path):
     """The check above can fail: the same build of a copy of the docs with one dead link does."""
     shutil.copytree(REPO / "docs", tmp_path / "docs")

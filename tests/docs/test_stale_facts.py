@@ -8,6 +8,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.docs.images import make_images
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,6 +64,7 @@ def test_a_module_that_became_a_package_is_caught():
     assert exists("services/veri/core/episodes.py")
 
 
+@pytest.mark.needs("process")
 def test_disk_check_counts_the_images_make_images_builds():
     images = make_images()
     assert images[:2] == ["os-base", "base"] and "runtime" in images, images

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.core.spans import make_span
+from testkit.spans import make_span
 from tests.trainer.records import failed, scored
 from veri.archive import JobArchive, step_metrics
 from veri.core.episodes import RolloutStatus, build_episode

@@ -8,12 +8,13 @@ import json
 import pytest
 import yaml
 
-from tests.trainer.conftest import stack, trainer_script, write_job, write_tasks  # noqa: F401 (fixtures)
+from testkit.trainer_jobs import write_job, write_tasks
+from tests.trainer.conftest import stack, trainer_script  # noqa: F401 (fixtures)
 from tests.trainer.test_train import veri_train
 from veri.archive import ArchiveIndex
 from veri.cli import main
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("process"), pytest.mark.slow]
 
 
 def test_a_trained_step_exported_and_fine_tuned_on(stack, tiny_model, tmp_path, capsys):  # noqa: F811

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.spans import bridged_chain
+from testkit.spans import bridged_chain
 from veri.core.episodes import RolloutStatus, Rule, Verdict, build_episode
 from veri.core.rollout_record import RewardOutcome, RolloutRecord
 from veri.tools.harness.debug import explain, read_records, records_in
@@ -35,6 +35,7 @@ def with_span_field(record: dict, span: int, field: str, value) -> dict:
     return {**record, "spans": spans}
 
 
+@pytest.mark.needs("process")
 def test_a_null_prompt_token_ids_is_token_ids_absent_and_the_walk_goes_on(tmp_path: Path):
     # The bug: a span whose prompt_token_ids is null stopped the walk with pydantic's error.
     broken = with_span_field(record_dict("r-null"), 1, "prompt_token_ids", None)
@@ -48,6 +49,7 @@ def test_a_null_prompt_token_ids_is_token_ids_absent_and_the_walk_goes_on(tmp_pa
     assert "rollout r-fine" in result.stdout and "result: TRAINED on 3 of 3 spans" in result.stdout
 
 
+@pytest.mark.needs("process")
 def test_a_truncated_line_is_one_line_and_the_records_around_it_are_explained(tmp_path: Path):
     good = json.dumps(record_dict("r-before"))
     path = tmp_path / "rollouts.jsonl"
@@ -60,6 +62,7 @@ def test_a_truncated_line_is_one_line_and_the_records_around_it_are_explained(tm
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.needs("process")
 def test_records_that_cannot_be_walked_are_named_one_line_each(tmp_path: Path):
     records = [42, {"rollout_id": "r-x"}, {"spans": None}, {**record_dict("r-status"), "status": "exploded"},
                record_dict("r-ok")]
@@ -146,6 +149,7 @@ def test_an_older_record_without_newer_fields_is_explained():
     assert "reward" not in text.splitlines()[0]
 
 
+@pytest.mark.needs("process")
 def test_ids_the_tokenizer_cannot_decode_are_named(tmp_path: Path, tiny_model: Path):
     record = record_dict()
     spans = record["spans"]

@@ -53,6 +53,7 @@ def test_files_the_manifest_names_must_exist(tmp_path):
         load_manifest(make(tmp_path, 'name = "x\n'))
 
 
+@pytest.mark.needs("process")
 def test_cli_reports_an_invalid_manifest_without_docker(tmp_path):
     folder = make(tmp_path, 'name = "x"\nentrypoint = ["python", "agent.py"]\nbase = "veri/base"\n')
     result = subprocess.run([sys.executable, "-m", "veri.cli", "harness", "build", str(folder)],

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.kubernetes.cluster import (
+from testkit.kubernetes_cluster import (
     RUNTIME_CLASS,
     SIM_NODE,
     BuildUnavailable,

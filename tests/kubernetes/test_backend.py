@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 from kubernetes import client
 
-from tests.kubernetes.cluster import KubeCluster
+from testkit.kubernetes_cluster import KubeCluster
 from veri.core import envs
 from veri.core.episodes import RolloutStatus
 from veri.core.harness import rollout_env

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.kubernetes.cluster import KubeCluster
+from testkit.kubernetes_cluster import KubeCluster
 from veri.core.episodes import RolloutStatus
 from veri.core.harness import rollout_env
 from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch, SandboxLimits
 from veri.services.launcher.group import run_group
 from veri.services.launcher.kubernetes.backend import KubernetesBackend
+
+pytestmark = pytest.mark.needs("docker")
 
 HARNESS_MAIN = Path(__file__).resolve().parents[1] / "sandbox" / "launcher" / "harness_main.py"
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests import tiers
 from veri.core.egress import LABEL_EGRESS
 from veri.core.registry import RegistryError, check_registry, registry_image
 from veri.services.launcher.errors import ImageProblem
@@ -28,6 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 VERI = str(REPO / ".venv" / "bin" / "veri")
 
 
+@pytest.mark.needs("docker")
 def test_registry_names() -> None:
     assert registry_image("veri/harness-url:abc", "registry.local:5000/") == "registry.local:5000/veri/harness-url:abc"
     assert registry_image("veri/harness-url:abc", None) == "veri/harness-url:abc"
@@ -68,6 +70,7 @@ def registry(tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
+@tiers.fixture_needs("docker")
 def docker_client() -> Iterator[Any]:
     docker = pytest.importorskip("docker")
     try:
@@ -115,6 +118,7 @@ def test_push_to_a_real_registry(registry: str, make_image: Callable[..., str]) 
     assert tags == {"name": repository, "tags": [tag]}
 
 
+@pytest.mark.needs("docker")
 def test_push_refusals_name_the_fix() -> None:
     done = subprocess.run([VERI, "harness", "push", "--registry", "http://r.local", "x"],
                           capture_output=True, text=True, timeout=60)

@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from tests.kubernetes.cluster import RESYNC_PERIOD_S, SIM_NODE, KubeCluster
+from testkit.kubernetes_cluster import RESYNC_PERIOD_S, SIM_NODE, KubeCluster
 from tests.kubernetes.conftest import RUNTIME_CLASS, wait_for
 
 

@@ -25,9 +25,9 @@ import httpx
 import pytest
 import yaml
 
-from tests.demo.conftest import answer_rule, fetch_rule, tool_call
-from tests.kubernetes.cluster import KUBELET_NODE, KubeCluster, fresh_namespace, pod_network_gateway, wait_for
-from tests.servers import free_port
+from testkit.demo import answer_rule, fetch_rule, tool_call
+from testkit.kubernetes_cluster import KUBELET_NODE, KubeCluster, fresh_namespace, pod_network_gateway, wait_for
+from testkit.servers import free_port
 from tests.stack.conftest import DATASET, OPENAI_TASK, Stack, dataset_row
 from veri.core.rollout_record import RolloutRecord
 

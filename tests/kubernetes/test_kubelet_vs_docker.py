@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from bench.k8s_kubelet_launch import Side, compare, probe_image, remove_probe_image
-from tests.kubernetes.cluster import KubeCluster
+from testkit.kubernetes_cluster import KubeCluster
+
+pytestmark = pytest.mark.needs("docker")
 
 ROLLOUTS = 2  # each way
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.kubernetes.cluster import KubeCluster
+from testkit.kubernetes_cluster import KubeCluster
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 OVERLAYS = ("cpu", "gpu")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from testkit.servers import free_port
 from tests.launcher.test_local_backend import bundle, launch
-from tests.servers import free_port
 from veri.core.launch import GroupLaunch
 from veri.services.launcher.app import create_app, make_backend
 from veri.services.launcher.backend import SandboxBackend
@@ -27,6 +27,7 @@ class ClosingBackend(LocalBackend):
         self.closed = True
 
 
+@pytest.mark.needs("app")
 def test_health_reports_the_backend_and_the_app_closes_it(tmp_path):
     backend = ClosingBackend()
     settings = LauncherSettings(backend="local", output_root=tmp_path / "out")
@@ -37,6 +38,7 @@ def test_health_reports_the_backend_and_the_app_closes_it(tmp_path):
     assert backend.closed
 
 
+@pytest.mark.needs("app")
 def test_groups_need_the_token_when_one_is_set(tmp_path):
     group = GroupLaunch(launches=[launch(bundle(tmp_path, "ok", "print('x')\n"), "r1")])
     settings = LauncherSettings(backend="local", output_root=tmp_path / "out", token="s3cret")
@@ -52,23 +54,27 @@ def test_groups_need_the_token_when_one_is_set(tmp_path):
     assert Path(result["output_dir"]) == (tmp_path / "out" / "job" / "r1").absolute()
 
 
+@pytest.mark.needs("app")
 def test_settings_refuse_an_unknown_backend():
     with pytest.raises(ValueError, match="backend"):
         LauncherSettings(backend="podman")
 
 
+@pytest.mark.needs("app")
 def test_the_local_backend_satisfies_the_protocol():
     backend: SandboxBackend = make_backend(LauncherSettings(backend="local"))
     assert (backend.name, backend.runtime) == ("local", None)
     backend.close()
 
 
+@pytest.mark.needs("app")
 def test_launcher_errors_are_one_family():
     from veri.services.launcher.errors import ImageProblem, SandboxUnavailable
 
     assert issubclass(SandboxUnavailable, LauncherError) and issubclass(ImageProblem, LauncherError)
 
 
+@pytest.mark.needs("process")
 def test_serve_refuses_to_start_with_one_line(tmp_path):
     """No such rollouts network (or no daemon, no runsc, no SDK here): one line with the fix, exit 1."""
     done = subprocess.run([sys.executable, "-m", "veri.cli", "serve", "launcher", "--network", "veri-no-such-net",

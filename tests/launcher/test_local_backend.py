@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from tests.waiting import alive, wait_for
 from veri.core.launch import GroupLaunch, RolloutLaunch, SandboxLimits
 from veri.services.launcher.group import run_group
@@ -24,6 +26,7 @@ def launch(folder: Path, rollout_id: str, **kw) -> RolloutLaunch:
                          timeout_s=kw.pop("timeout_s", 30), **kw)
 
 
+@pytest.mark.needs("process")
 def test_group_statuses_are_independent(tmp_path, monkeypatch):
     ok = bundle(tmp_path, "ok", "import os, pathlib\nprint('hello', os.environ['VERI_ROLLOUT_ID'])\n"
                                  "pathlib.Path(os.environ['VERI_OUTPUT_DIR'], 'answer.txt').write_text('42')\n"

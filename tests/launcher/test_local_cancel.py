@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from tests.launcher.test_local_backend import bundle, launch
 from tests.waiting import alive, until, wait_for
 from veri.core.launch import GroupLaunch
 from veri.services.launcher.group import run_group
 from veri.services.launcher.local import LocalBackend
+
+pytestmark = pytest.mark.needs("process")
 
 
 def test_a_cancelled_group_kills_its_harnesses(tmp_path):

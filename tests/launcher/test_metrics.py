@@ -8,12 +8,15 @@ import asyncio
 import time
 
 import httpx
+import pytest
 
+from testkit.servers import start_server
 from tests.launcher.test_local_backend import bundle, launch
 from tests.prometheus import Scrape
-from tests.servers import start_server
 from veri.core.launch import GroupLaunch
 from veri.services.launcher.client import LauncherClient
+
+pytestmark = pytest.mark.needs("process")
 
 TOKEN = {"authorization": "Bearer s3cret"}
 

@@ -6,13 +6,15 @@ import asyncio
 from pathlib import Path
 
 import httpx
+import pytest
 
+from testkit.servers import free_port, start_server
 from tests.launcher.test_local_backend import bundle, launch
-from tests.servers import free_port, start_server
 from veri.core.launch import GroupLaunch
 from veri.services.launcher.client import LauncherClient
 
 
+@pytest.mark.needs("process")
 def test_group_over_http(tmp_path):
     ok = bundle(tmp_path, "ok", "import os, pathlib\nprint('hi', os.environ['VERI_ROLLOUT_ID'])\n"
                                  "pathlib.Path(os.environ['VERI_OUTPUT_DIR'], 'a.txt').write_text('1')\n")
@@ -40,6 +42,7 @@ def test_group_over_http(tmp_path):
                           headers={"content-type": "application/json"}).status_code == 400
 
 
+@pytest.mark.needs("process")
 def test_token_required_when_configured(tmp_path):
     ok = bundle(tmp_path, "ok", "print('x')\n")
     group = GroupLaunch(launches=[launch(ok, "r1")])

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from tests.servers import RunningServer
+from testkit.servers import RunningServer
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ import asyncio
 import httpx
 from transformers import PreTrainedModel
 
-from tests.servers import RunningServer
+from testkit.servers import RunningServer
 
 
 def _request(prompt: list[int], max_tokens: int, seed: int) -> dict:

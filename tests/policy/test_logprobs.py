@@ -12,8 +12,8 @@ import httpx
 import pytest
 from transformers import PreTrainedModel
 
+from testkit.servers import RunningServer
 from tests.policy.helpers import assert_logprobs_match, complete
-from tests.servers import RunningServer
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])

@@ -7,11 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 from transformers import PreTrainedModel
 
+from testkit.servers import start_server
 from tests.policy.helpers import complete, perturbed_weights, write_weights
 from tests.prometheus import Scrape
-from tests.servers import start_server
+
+pytestmark = pytest.mark.needs("process")
 
 
 def scrape(client: httpx.Client) -> Scrape:

@@ -10,8 +10,10 @@ import httpx
 import pytest
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from testkit.servers import start_server
 from tests.policy.helpers import assert_logprobs_match, complete, greedy_reference
-from tests.servers import start_server
+
+pytestmark = pytest.mark.needs("process")
 
 REPLY = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 

@@ -12,9 +12,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+from testkit.servers import start_server
 from tests.policy.helpers import assert_logprobs_match, complete, peaked_weights, perturbed_weights, write_weights
-from tests.servers import start_server
 from veri.core.policy_api import ServerProcess
+
+pytestmark = pytest.mark.needs("process")
 
 
 @pytest.fixture(scope="module")

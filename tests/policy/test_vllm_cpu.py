@@ -38,9 +38,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from testkit.servers import free_port, start_server
 from tests.models.generation_defaults import with_generation_defaults
 from tests.sandbox.conftest import unavailable
-from tests.servers import free_port, start_server
 from veri.core.policy_api import CompletionResponse
 from veri.core.sampling import NEUTRAL
 from veri.services.policy.vllm import WORKER_EXTENSION
@@ -52,7 +52,7 @@ from veri.tools.models.tiny import VLLM_CPU_HEAD_DIM, build_tiny_model
 IMAGE = f"{os.environ.get('IMAGE_PREFIX', 'veri')}/vllm-cpu"
 LABEL = "org.veri.test"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("vllm"), pytest.mark.slow]
 
 # What TRL's `trl vllm-serve` (trl/scripts/vllm_serve.py: build_command) adds to `vllm serve`.
 TRL_SERVER_FLAGS = ["--weight-transfer-config", '{"backend": "nccl"}', "--logprobs-mode", "processed_logprobs",

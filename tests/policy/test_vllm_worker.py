@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from veri.core.policy_api import ServerProcess
@@ -58,6 +59,7 @@ def test_untied_models_have_nothing_to_tie():
     assert shared_parameters(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))) == []
 
 
+@pytest.mark.needs("process")
 def test_each_worker_process_says_which_process_it_is_and_a_new_process_is_another():
     """`veri_server_process`: what the trainer notes when it gives a server its weights and asks again before
     scoring (services/trainer/weights/served.py). A restarted server's workers are new processes: another id."""

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import anthropic
+import pytest
 
-from tests.proxy.conftest import assert_bridged_chain, fake_weather
+from testkit.proxy_script import fake_weather
+from tests.proxy.conftest import assert_bridged_chain
 from veri.core.episodes import build_episode, unfinished_rows
+
+pytestmark = pytest.mark.needs("process")
 
 WEATHER = {
     "name": "get_weather",

@@ -12,10 +12,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 import uvicorn
 from transformers import AutoTokenizer
 
-from tests.servers import free_port
+from testkit.servers import free_port
 from tests.vllm_standin import Standin
 from tests.vllm_standin import create_app as create_standin
 from veri.core.records import SessionInfo, Span
@@ -23,6 +24,8 @@ from veri.services.proxy.app import create_app
 from veri.services.proxy.settings import ProxySettings
 from veri.services.proxy.store import SpanStore
 from veri.services.proxy.timing import WORKER_PID_HEADER
+
+pytestmark = pytest.mark.needs("app")
 
 HELLO = [{"role": "user", "content": "hello"}]
 

@@ -23,9 +23,9 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
+from testkit.servers import free_port
 from tests.proxy.test_app import open_session as app_session
 from tests.proxy.test_app import policy_standin, proxy_client, settings_for
-from tests.servers import free_port
 from veri.core.records import SessionInfo, Span
 from veri.services.proxy.app import create_app
 from veri.services.proxy.capture import IN_FLIGHT_GRACE_S
@@ -34,6 +34,8 @@ from veri.services.proxy.history import RETRY_COUNT_HEADER
 from veri.services.proxy.rollout_routes import CHAT_COMPLETIONS, MESSAGES
 from veri.services.proxy.settings import ProxySettings
 from veri.services.proxy.store import BUSY_TIMEOUT_S, SpanStore
+
+pytestmark = pytest.mark.needs("app")
 
 # What a retry behind a stranded note waited: the default policy timeout and the grace (~630 s).
 STRANDED_S = ProxySettings.model_fields["policy_timeout_s"].default + IN_FLIGHT_GRACE_S

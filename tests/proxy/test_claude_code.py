@@ -8,10 +8,10 @@ import subprocess
 
 import pytest
 
-from tests.claude_code import claude_binary
+from testkit.claude_code import claude_binary
 from tests.proxy.conftest import assert_bridged_chain
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("docker"), pytest.mark.slow]
 
 
 def test_claude_p_tool_round_trip(session, control, tmp_path):

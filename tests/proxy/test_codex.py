@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.codex import codex_binary
-from tests.proxy.conftest import assert_bridged_chain, proxy_args
-from tests.servers import RunningServer, start_server
+from testkit.codex import codex_binary
+from testkit.proxy_script import proxy_args
+from testkit.servers import RunningServer, start_server
+from tests.proxy.conftest import assert_bridged_chain
 from veri.services.proxy.control_client import ControlClient
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("docker"), pytest.mark.slow]
 
 PROMPT = "Print both codex markers with the shell, one command each, then name them."
 ANSWER = "The markers were veri-codex-one and veri-codex-two."

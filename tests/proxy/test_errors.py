@@ -7,9 +7,11 @@ import httpx
 import openai
 import pytest
 
-from tests.proxy.conftest import proxy_args
-from tests.servers import free_port, start_server
+from testkit.proxy_script import proxy_args
+from testkit.servers import free_port, start_server
 from veri.services.proxy.control_client import ControlClient
+
+pytestmark = pytest.mark.needs("process")
 
 
 def oa(session, **kw) -> openai.OpenAI:
@@ -116,7 +118,7 @@ def test_spans_survive_a_restart_and_bridging_continues(scripted_policy, tiny_mo
     port = free_port()
     args = proxy_args(scripted_policy.url, tiny_model, tmp_path)
     question = [{"role": "user", "content": "What is the weather in Paris and London?"}]
-    from tests.proxy.conftest import WEATHER_TOOL
+    from testkit.proxy_script import WEATHER_TOOL
 
     with start_server(args, port=port) as first:
         session = ControlClient(first.url).open_session()

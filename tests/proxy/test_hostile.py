@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from bench.reliability.scenarios import proxy_hostile as hostile
-from tests.servers import RunningServer
+from testkit.servers import RunningServer
 from veri.services.proxy.control_client import ControlClient
 
 SESSIONS = 500  # CI-sized: the scenario opens 10k
@@ -30,6 +30,7 @@ def _max_model_len(policy: RunningServer) -> int:
 CASES = hostile.hostile_cases(max_model_len=32768, tools=10_000)
 
 
+@pytest.mark.needs("process")
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_hostile_request_gets_its_answer(case: hostile.Case, proxy: RunningServer, scripted_policy: RunningServer,
                                          control: ControlClient, client: httpx.Client) -> None:
@@ -41,10 +42,12 @@ def test_hostile_request_gets_its_answer(case: hostile.Case, proxy: RunningServe
     assert hostile.span_problem(control, session, case, reply.status_code) is None
 
 
+@pytest.mark.needs("process")
 def test_closed_session_refused_on_every_route(control: ControlClient, client: httpx.Client) -> None:
     assert hostile.closed_session_problems(client, control) == []
 
 
+@pytest.mark.needs("process")
 def test_unknown_route_or_method_refused_in_protocol_shape(control: ControlClient, client: httpx.Client) -> None:
     assert hostile.route_problems(client, control) == []
 
@@ -58,6 +61,7 @@ def test_error_shape_check_catches_a_foreign_shape() -> None:
                                   b'{"type": "error", "error": {"type": "x", "message": "m"}}') is None
 
 
+@pytest.mark.needs("process")
 def test_open_sessions_never_closed_keep_memory_bounded(proxy: RunningServer, control: ControlClient,
                                                         client: httpx.Client) -> None:
     before, after, problems = hostile.session_flood(control, client, proxy.process.pid, SESSIONS)

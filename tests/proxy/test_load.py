@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench.reliability.scenarios import proxy_load as load
 from veri.core.records import PromptSource, Protocol, Span, TokenFidelity
 
 SESSIONS, CALLS = 32, 5
 
 
+@pytest.mark.needs("process")
 def test_concurrent_sessions_lose_and_duplicate_no_span(tiny_model: Path) -> None:
     with load.load_stack(tiny_model) as (url, policy_url, pid):
         found = load.load_and_soak(url, pid, sessions=SESSIONS, calls=CALLS, soak_minutes=0,

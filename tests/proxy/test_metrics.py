@@ -10,11 +10,11 @@ import httpx
 import openai
 import pytest
 
+from testkit.proxy_script import proxy_args
+from testkit.servers import start_server
 from tests.prometheus import Scrape
-from tests.proxy.conftest import proxy_args
 from tests.proxy.test_app import open_session, policy_standin, proxy_client, settings_for
 from tests.proxy.test_openai_sdk import _AlternatingClients, _connections_to_each_worker, _run_tool_loop, client_for
-from tests.servers import start_server
 from veri.services.proxy.app import create_app
 from veri.services.proxy.control_client import ControlClient
 from veri.services.proxy.rollout_routes import BY_TEMPLATE, MODELS, RESPONSES, ROUTES, ErrorShape
@@ -38,6 +38,7 @@ def scrape_every_worker(url: str, workers: int) -> dict[str, Scrape]:
     raise AssertionError(f"only workers {sorted(answers)} answered /metrics")
 
 
+@pytest.mark.needs("process")
 def test_two_workers_sum_what_the_sdks_did(scripted_policy, tiny_model, tmp_path):
     with start_server(proxy_args(scripted_policy.url, tiny_model, tmp_path, "--workers", "2")) as proxy:
         control = ControlClient(proxy.url)
@@ -102,6 +103,7 @@ def test_two_workers_sum_what_the_sdks_did(scripted_policy, tiny_model, tmp_path
             assert secret not in scrape.text
 
 
+@pytest.mark.needs("app")
 def test_metrics_need_the_control_token_and_count_a_policy_outage(tiny_model, tmp_path):
     """In process: sandboxes reach the proxy's port, so /metrics is guarded like /control. A policy
     that is down is a refused call (503), a timed policy call that ended `unavailable`, and no span."""
@@ -142,6 +144,7 @@ def test_metrics_need_the_control_token_and_count_a_policy_outage(tiny_model, tm
     asyncio.run(scenario())
 
 
+@pytest.mark.needs("app")
 def test_each_rollout_route_counts_and_refuses_as_its_declared_protocol(reply_ids, tiny_model, tmp_path):
     """A route's protocol is declared once (rollout_routes.py); its metrics labels and its
     error shape come from that declaration (a Responses call was counted as protocol `none`)."""

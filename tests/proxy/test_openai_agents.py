@@ -9,8 +9,11 @@ import pytest
 from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, function_tool
 from openai import AsyncOpenAI
 
-from tests.proxy.conftest import assert_bridged_chain, fake_weather
+from testkit.proxy_script import fake_weather
+from tests.proxy.conftest import assert_bridged_chain
 from tests.proxy.test_responses import ANSWER, QUESTION
+
+pytestmark = pytest.mark.needs("process")
 
 
 @function_tool

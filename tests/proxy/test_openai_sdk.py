@@ -6,10 +6,14 @@ import json
 
 import httpx
 import openai
+import pytest
 from transformers import AutoTokenizer
 
-from tests.proxy.conftest import WEATHER_TOOL, assert_bridged_chain, fake_weather
+from testkit.proxy_script import WEATHER_TOOL, fake_weather
+from tests.proxy.conftest import assert_bridged_chain
 from veri.services.proxy.timing import WORKER_PID_HEADER
+
+pytestmark = pytest.mark.needs("process")
 
 
 def client_for(session) -> openai.OpenAI:
@@ -148,8 +152,8 @@ def test_models_lists_the_policy(session):
 
 def test_several_workers_share_sessions_through_the_store(scripted_policy, tiny_model, tmp_path):
     """Calls of one rollout land on different worker processes; bridging still works."""
-    from tests.proxy.conftest import proxy_args
-    from tests.servers import start_server
+    from testkit.proxy_script import proxy_args
+    from testkit.servers import start_server
     from veri.services.proxy.control_client import ControlClient
 
     with start_server(proxy_args(scripted_policy.url, tiny_model, tmp_path, "--workers", "2")) as multi:
@@ -210,8 +214,8 @@ class _AlternatingClients:
 
 def test_unknown_template_falls_back_to_apply_chat_template(scripted_policy, tiny_model, tmp_path):
     """`--renderer default` (what an unknown model gets): every call is a full render that says why."""
-    from tests.proxy.conftest import proxy_args
-    from tests.servers import start_server
+    from testkit.proxy_script import proxy_args
+    from testkit.servers import start_server
     from veri.services.proxy.control_client import ControlClient
 
     with start_server(proxy_args(scripted_policy.url, tiny_model, tmp_path, "--renderer", "default")) as fallback:

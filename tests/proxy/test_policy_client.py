@@ -71,6 +71,7 @@ def test_no_echo_and_unreadable_replies() -> None:
         read(orjson.dumps(reply(PROMPT))[:-10])
 
 
+@pytest.mark.needs("process")
 def test_a_connection_the_policy_server_closed_is_not_reused(reply_ids) -> None:
     """uvicorn (under vLLM and the hf backend) closes a connection idle for 5 s; one kept longer and
     written into before the loop has read the server's close is a 503 to the harness (seen at 64
@@ -149,6 +150,7 @@ async def complete_against(serve) -> PolicyCompletion:
         server.close()
 
 
+@pytest.mark.needs("process")
 def test_every_sampling_field_a_server_could_default_is_sent_neutral() -> None:
     """A vLLM started without `--generation-config vllm` fills each field a request leaves out from the model
     folder's generation_config.json (top_k 20 for Qwen3-4B-Instruct-2507): the proxy leaves none out."""

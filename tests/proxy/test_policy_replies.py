@@ -13,10 +13,13 @@ import httpx
 import openai
 import pytest
 
-from tests.proxy.conftest import proxy_args, standin
-from tests.servers import RunningServer, start_server
+from testkit.proxy_script import proxy_args
+from testkit.servers import RunningServer, start_server
+from tests.proxy.conftest import standin
 from veri.core.episodes import Effect, Rule, build_episode
 from veri.services.proxy.control_client import ControlClient
+
+pytestmark = pytest.mark.needs("process")
 
 USER = [{"role": "user", "content": "hello"}]
 

@@ -11,11 +11,15 @@ from pathlib import Path
 
 import httpx
 import openai
+import pytest
 from transformers import AutoTokenizer
 
-from tests.proxy.conftest import proxy_args, standin
-from tests.servers import free_port, start_server
+from testkit.proxy_script import proxy_args
+from testkit.servers import free_port, start_server
+from tests.proxy.conftest import standin
 from veri.services.proxy.control_client import ControlClient
+
+pytestmark = pytest.mark.needs("process")
 
 
 def test_spans_carry_the_announced_version(tiny_model, tmp_path):

@@ -12,8 +12,9 @@ import httpx
 import openai
 import pytest
 
-from tests.proxy.conftest import proxy_args, standin
-from tests.servers import start_server
+from testkit.proxy_script import proxy_args
+from testkit.servers import start_server
+from tests.proxy.conftest import standin
 from veri.services.proxy.cli import register_serve, settings_from_args
 from veri.services.proxy.control_client import ControlClient
 
@@ -38,6 +39,7 @@ def recorded(url: str) -> list[dict]:
     return httpx.get(f"{url}/standin/requests").json()
 
 
+@pytest.mark.needs("process")
 @pytest.mark.parametrize("workers", [1, 2])
 def test_each_rollout_stays_on_one_server(reply_ids, tiny_model, tmp_path, workers):
     with standin(reply_ids, "--record", "--prefix-cache", "4") as first, \
@@ -68,6 +70,7 @@ def test_each_rollout_stays_on_one_server(reply_ids, tiny_model, tmp_path, worke
         assert s.hit_rate == pytest.approx(s.cached_prompt_tokens / s.prompt_tokens)
 
 
+@pytest.mark.needs("process")
 def test_data_parallel_ranks_are_pinned_by_header(reply_ids, tiny_model, tmp_path):
     with standin(reply_ids, "--record") as policy:
         with start_server(proxy_args(policy, tiny_model, tmp_path, "--data-parallel-size", "2")) as proxy:
@@ -88,6 +91,7 @@ def test_data_parallel_ranks_are_pinned_by_header(reply_ids, tiny_model, tmp_pat
     assert all(s.cached_prompt_tokens is None and s.hit_rate is None for s in stats)  # not reported
 
 
+@pytest.mark.needs("process")
 def test_closed_sessions_free_their_replica(reply_ids, tiny_model, tmp_path):
     with standin(reply_ids) as first, standin(reply_ids) as second:
         with start_server(proxy_args(f"{first},{second}", tiny_model, tmp_path)) as proxy:

@@ -11,9 +11,12 @@ import pytest
 from openai.types.responses import Response
 from transformers import AutoTokenizer
 
-from tests.proxy.conftest import assert_bridged_chain, fake_weather, proxy_args
-from tests.servers import RunningServer, start_server
+from testkit.proxy_script import fake_weather, proxy_args
+from testkit.servers import RunningServer, start_server
+from tests.proxy.conftest import assert_bridged_chain
 from veri.services.proxy.control_client import ControlClient
+
+pytestmark = pytest.mark.needs("process")
 
 WEATHER = {
     "type": "function",

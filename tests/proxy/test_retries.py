@@ -17,10 +17,11 @@ import openai
 import orjson
 import pytest
 
-from tests.core.spans import make_span
-from tests.proxy.conftest import proxy_args, standin
+from testkit.proxy_script import proxy_args
+from testkit.servers import start_server
+from testkit.spans import make_span
+from tests.proxy.conftest import standin
 from tests.proxy.test_app import open_session, policy_standin, proxy_client, settings_for
-from tests.servers import start_server
 from veri.core.episodes import Rule, build_episode
 from veri.core.records import SessionInfo, Span
 from veri.services.proxy.control_client import ControlClient
@@ -71,6 +72,7 @@ def rewritten(spans) -> list:
     return [v for v in build_episode(spans).verdicts if v.rule == Rule.HISTORY_REWRITTEN]
 
 
+@pytest.mark.needs("process")
 def test_an_openai_retry_after_its_timeout_is_answered_from_the_first_try(stack):
     policy, control = stack
     session = control.open_session()
@@ -89,6 +91,7 @@ def test_an_openai_retry_after_its_timeout_is_answered_from_the_first_try(stack)
     assert span.client_retry_count == 0  # the first try, which was sampled
 
 
+@pytest.mark.needs("process")
 def test_a_legacy_completions_retry_is_answered_from_the_first_try(stack):
     policy, control = stack
     session = control.open_session()
@@ -102,6 +105,7 @@ def test_a_legacy_completions_retry_is_answered_from_the_first_try(stack):
     assert reply.id == span.response["id"] and span.client_retry_count == 0
 
 
+@pytest.mark.needs("process")
 def test_an_anthropic_streamed_retry_after_its_timeout_replays_the_recorded_response(stack):
     policy, control = stack
     session = control.open_session()
@@ -121,6 +125,7 @@ def test_an_anthropic_streamed_retry_after_its_timeout_replays_the_recorded_resp
     assert [block.text for block in message.content] == [block["text"] for block in span.response["content"]]
 
 
+@pytest.mark.needs("process")
 def test_a_responses_retry_gets_the_recorded_id_a_later_call_can_continue(stack):
     policy, control = stack
     session = control.open_session()
@@ -136,6 +141,7 @@ def test_a_responses_retry_gets_the_recorded_id_a_later_call_can_continue(stack)
     assert len(spans) == 2 and spans[1].bridged_from == 0 and rewritten(spans) == []
 
 
+@pytest.mark.needs("process")
 def test_a_retry_mid_conversation_keeps_one_bridged_chain(stack):
     policy, control = stack
     session = control.open_session()
@@ -156,6 +162,7 @@ def test_a_retry_mid_conversation_keeps_one_bridged_chain(stack):
     assert build_episode(spans).chain == [0, 1, 2]
 
 
+@pytest.mark.needs("process")
 def test_a_retry_after_a_503_samples_and_the_span_says_it_was_a_retry(stack):
     policy, control = stack
     session = control.open_session()
@@ -170,6 +177,7 @@ def test_a_retry_after_a_503_samples_and_the_span_says_it_was_a_retry(stack):
     assert span.client_retry_count == 1 and span.retried_at == []
 
 
+@pytest.mark.needs("process")
 def test_the_sdk_asking_again_on_purpose_samples_again(stack):
     # Each create() is a new call (retry count 0), even with the same body: a harness may re-ask.
     policy, control = stack
@@ -183,6 +191,7 @@ def test_the_sdk_asking_again_on_purpose_samples_again(stack):
     assert policy.calls() - before == 2 and replies[0].id != replies[1].id  # two samples, two replies
 
 
+@pytest.mark.needs("process")
 def test_the_anthropic_sdk_asking_again_on_purpose_samples_again(stack):
     policy, control = stack
     session = control.open_session()
@@ -196,6 +205,7 @@ def test_the_anthropic_sdk_asking_again_on_purpose_samples_again(stack):
     assert policy.calls() - before == 2 and replies[0].id != replies[1].id
 
 
+@pytest.mark.needs("process")
 def test_only_a_resend_the_client_marks_as_a_retry_is_answered_from_its_span(stack):
     """No retry count (a client that is not an SDK) and a count of 0 are new calls, sampled; a count of 1 or
     more, or an idempotency key sent again, is answered from the latest span of that request."""

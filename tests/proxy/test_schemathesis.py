@@ -8,10 +8,13 @@ from __future__ import annotations
 from collections import Counter
 
 import httpx
+import pytest
 
 from bench.reliability.scenarios import proxy_hostile as hostile
-from tests.servers import RunningServer
+from testkit.servers import RunningServer
 from veri.services.proxy.control_client import ControlClient
+
+pytestmark = pytest.mark.needs("process")
 
 EXAMPLES_PER_ROUTE = 12
 

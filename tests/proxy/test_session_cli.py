@@ -7,6 +7,9 @@ import subprocess
 import sys
 
 import openai
+import pytest
+
+pytestmark = pytest.mark.needs("process")
 
 
 def veri(*args: str) -> dict | list:

@@ -7,7 +7,7 @@ import sqlite3
 from array import array
 from pathlib import Path
 
-from tests.core.spans import make_span
+from testkit.spans import make_span
 from veri.services.proxy.long_texts import LONG_TEXT
 from veri.services.proxy.store import MAX_PROMPT_DEPTH, SharedIds, SpanStore
 

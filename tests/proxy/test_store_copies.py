@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.spans import make_span
+from testkit.spans import make_span
 from veri.services.proxy.store import RecentIds, SharedIds, SpanStore, _SpanIds
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from bench.reliability.scenarios import weight_sync
@@ -14,6 +15,7 @@ from tests.proxy.test_load import _span
 SESSIONS, CALLS, SYNCS = 64, 4, 2
 
 
+@pytest.mark.needs("process")
 def test_no_span_carries_another_version_than_the_weights_that_sampled_it(tiny_model: Path) -> None:
     found = weight_sync.check(tiny_model, sessions=SESSIONS, calls=CALLS, syncs=SYNCS)
     assert found["problems"] == []

@@ -12,14 +12,16 @@ import anthropic
 import openai
 import pytest
 
-from tests.proxy.conftest import WEATHER_TOOL, proxy_args
-from tests.servers import RunningServer, start_server
+from testkit.proxy_script import WEATHER_TOOL, proxy_args
+from testkit.servers import RunningServer, start_server
 from veri.archive.metrics import step_metrics
 from veri.core.episodes import RolloutStatus, build_episode
 from veri.core.records import SessionInfo, Span
 from veri.core.rollout_record import RewardOutcome, RolloutRecord
 from veri.services.proxy.control_client import ControlClient
 from veri.tools.harness.debug import explain
+
+pytestmark = pytest.mark.needs("process")
 
 # The user's turn names the kind; the policy is teacher-forced to write that kind of broken call.
 BROKEN = {

@@ -12,13 +12,17 @@ import time
 import httpx
 import openai
 import psutil
+import pytest
 
+from testkit.proxy_script import proxy_args
+from testkit.servers import start_server
 from tests.logs import json_events, requests_logged
 from tests.prometheus import Scrape
-from tests.proxy.conftest import proxy_args, standin
-from tests.servers import start_server
+from tests.proxy.conftest import standin
 from veri.services.proxy.control_client import ControlClient
 from veri.services.proxy.timing import WORKER_PID_HEADER
+
+pytestmark = pytest.mark.needs("process")
 
 CHAT_ROUTE = "/r/{rollout_id}/v1/chat/completions"
 

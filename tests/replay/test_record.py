@@ -12,8 +12,8 @@ import json
 
 import pytest
 
+from testkit.record_demos import URL_REWARD, anthropic_tool_loop
 from tests.replay.conftest import replaying_proxy
-from tests.replay.record_demos import URL_REWARD, anthropic_tool_loop
 from veri.cli import main
 from veri.core.records import SessionInfo
 from veri.services.proxy.control_client import ControlClient

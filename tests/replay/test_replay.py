@@ -1,5 +1,5 @@
 """Replaying the checked-in recordings: a change to rendering, bridging, spans or masking that would
-alter a training row fails here (re-record with `python -m tests.replay.record_demos` when intended)."""
+alter a training row fails here (re-record with `python -m testkit.record_demos` when intended)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.spans import bridged_chain, make_span
+from testkit.spans import bridged_chain, make_span
 from veri.core.config import RewardConfig
 from veri.core.episodes import RolloutStatus, Rule, build_episode
 from veri.core.problems import ProblemsError

@@ -7,11 +7,12 @@ import time
 
 import pytest
 
-from tests.servers import free_port, start_server
+from testkit.servers import free_port, start_server
 from veri.loop.collect.collect import until_proxy_answers
 from veri.services.proxy.control_client import ControlClient, ControlError
 
 
+@pytest.mark.needs("process")
 def test_a_call_waits_for_the_proxy_to_come_back(tiny_model):
     port = free_port()
     control = ControlClient(f"http://127.0.0.1:{port}")

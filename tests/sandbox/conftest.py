@@ -14,6 +14,8 @@ from pathlib import Path
 import docker
 import pytest
 
+from tests import tiers
+
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = os.environ.get("IMAGE_PREFIX", "veri")
 BASE = f"{PREFIX}/base"
@@ -48,6 +50,7 @@ def claude_code_version() -> str:
 
 
 @pytest.fixture(scope="session")
+@tiers.fixture_needs("docker")
 def docker_client() -> Iterator[docker.DockerClient]:
     try:
         client = docker.from_env(timeout=120)

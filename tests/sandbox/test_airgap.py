@@ -29,9 +29,9 @@ import docker
 import pytest
 import yaml
 
-from tests.demo.conftest import answer_rule, fetch_rule, tool_call
+from testkit.demo import answer_rule, fetch_rule, tool_call
+from testkit.servers import free_port
 from tests.sandbox.conftest import ROOT
-from tests.servers import free_port
 
 # Opt-in (make test-airgap): about 7 min of docker save / load, a fresh .venv and a training job,
 # more than make test's budget may grow by. tests/sandbox/test_image_digest.py is its part in make

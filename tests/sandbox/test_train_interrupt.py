@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.servers import RunningServer, start_server
+from testkit.servers import RunningServer, start_server
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,7 @@ PREFIX = os.environ.get("IMAGE_PREFIX", "veri")
 IMAGE = f"{PREFIX}/vllm-cpu"
 TRAINER = f"{PREFIX}/trainer-cpu"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("vllm"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
-from tests.console.archive import Tokens, record, tool_rollout, write_job
+from testkit.console_archive import Tokens, record, tool_rollout, write_job
 from veri.archive import JobArchive, step_metrics
 from veri.archive.signals import detect_archive
 from veri.core.signals import SignalsConfig
 from veri.services.console.app import create_app
 from veri.services.console.settings import ConsoleSettings
+
+pytestmark = pytest.mark.needs("app")
 
 
 def _archive(root: Path, name: str, lines: list[dict], records_per_step=None) -> Path:

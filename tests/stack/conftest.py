@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.demo.conftest import answer_rule, fetch_rule, sub_agent_rules, tool_call
-from tests.servers import free_port
+from testkit.demo import answer_rule, fetch_rule, sub_agent_rules, tool_call
+from testkit.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DATASET = REPO / "config" / "data" / "url_extract.jsonl"

@@ -22,7 +22,7 @@ import pytest
 from tests.stack.test_run_harness import records
 from veri.services.proxy.control_client import ControlClient
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("docker"), pytest.mark.slow]
 PROBE = Path(__file__).parent / "isolation_probe"
 CONTRACT = {"OPENAI_BASE_URL", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN",
             "VERI_POLICY_BASE_URL", "VERI_POLICY_MODEL", "VERI_TASK_INPUT", "VERI_TASK", "VERI_TASK_INDEX",

@@ -14,6 +14,8 @@ import pytest
 
 from tests.stack.conftest import _compose
 
+pytestmark = pytest.mark.needs("docker")
+
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "veri/os-base"
 

@@ -31,6 +31,7 @@ def trainer(stack) -> Iterator[None]:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=120)
 
 
+@pytest.mark.needs("docker")
 def test_every_container_holds_only_what_its_allowlist_says(stack, trained, trainer):
     containers = inspect_running(f"label=com.docker.compose.project={stack.env['VERI_PROJECT']}")
     # the gateway of the job's sandboxes (an open-egress bundle), named after the stack's rollouts network

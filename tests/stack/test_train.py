@@ -57,6 +57,7 @@ def test_make_train_tiny_moves_the_weights_and_writes_a_consistent_archive(stack
     assert list((job / "tensorboard").iterdir())
 
 
+@pytest.mark.needs("browser")
 def test_the_console_service_shows_the_trained_job_in_a_browser(stack, trained, tmp_path):
     """The compose `console` service (state mounted read-only) over the job make train just wrote."""
     from selenium.webdriver.common.by import By

@@ -14,7 +14,7 @@ import pytest
 
 from tests.stack.conftest import REPO
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("docker"), pytest.mark.slow]
 
 CONFIG = "tests/stack/interrupt_job/job.yaml"
 

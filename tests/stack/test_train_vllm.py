@@ -22,14 +22,15 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from testkit.servers import free_port
 from tests.models.generation_defaults import with_generation_defaults
-from tests.servers import free_port
 from tests.stack.conftest import REPO
 from tests.stack.privileges import inspect_running, service_of, violations
 from veri.core.rollout_record import RolloutRecord
 from veri.tools.models.tiny import VLLM_CPU_HEAD_DIM, build_tiny_model
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # builds veri/vllm-cpu when missing; vLLM starts in minutes
+# builds veri/vllm-cpu when missing; vLLM starts in minutes
+pytestmark = [pytest.mark.needs("vllm"), pytest.mark.slow, pytest.mark.timeout(2400)]
 CONFIG = "config/url_extract_vllm_cpu.yaml"
 # tiny-vllm with sampling defaults in its generation_config.json; inside the repo, as the trainer's /work.
 MODEL = REPO / "build" / "models" / "tiny-vllm-defaults"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.core.spans import make_span
+from testkit.spans import make_span
 from veri.core.episodes import RolloutStatus, Rule, Verdict, build_episode
 from veri.core.rollout_record import RewardOutcome, RolloutRecord
 

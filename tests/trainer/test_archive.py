@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.spans import bridged_chain, make_span
+from testkit.spans import bridged_chain, make_span
 from veri.archive import (
     ArchiveIndex,
     ArchiveInUse,
@@ -483,7 +483,8 @@ def test_search_filters_sorts_and_finds(archive: JobArchive):
 
 def test_text_search_is_a_substring_through_the_full_text_index(archive: JobArchive):
     from veri.archive import RolloutQuery
-    from veri.archive.index import IndexWriter, index_row
+    from veri.archive.index import index_row
+    from veri.archive.index_writer import IndexWriter
 
     answers = ['He said "go" at 10:30; see a*b.', "École fermée", "the URL is https://a.example/x", "ok"]
     for task, text in enumerate(answers):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.core.spans import make_span
+from testkit.spans import make_span
 from tests.trainer.records import EOS, model_logprobs, scored, two_turn_spans
 from veri.core.episodes import RolloutStatus, RowKind, build_episode
 from veri.core.rollout_record import RewardOutcome, RolloutRecord

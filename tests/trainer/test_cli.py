@@ -7,10 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from testkit.spans import bridged_chain, make_span
 from tests.core.jobs import job, make_job_dir, write_job
-from tests.core.spans import bridged_chain, make_span
 from veri.core.episodes import RolloutStatus, build_episode
 from veri.core.rollout_record import RewardOutcome, RolloutRecord
+
+pytestmark = pytest.mark.needs("process")
 
 
 def veri(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.trainer.conftest import write_job
+from testkit.trainer_jobs import write_job
 from tests.trainer.test_train import veri_on_stack
 from veri.archive import ArchiveIndex, read_metrics
 from veri.services.console.app import create_app
 from veri.services.console.settings import ConsoleSettings
 from veri.services.policy.hf.admin_client import PolicyAdmin
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("process"), pytest.mark.slow]
 
 
 def veri_eval(job: Path, stack, output: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.needs("process")
+
 STEP = '''
 import asyncio, os, signal, sys
 from veri.services.trainer.ui.interrupt import install_stop_handlers, run_until_stopped

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from testkit.spans import make_span
 from tests.core.jobs import job, make_job_dir, write_job
-from tests.core.spans import make_span
 from tests.trainer.records import EOS, two_turn_spans
 from veri.core.episodes import Effect, RolloutStatus, RowKind, Rule, build_episode, truncate_episode, unfinished_rows
 from veri.core.rollout_record import RewardOutcome, RolloutRecord

@@ -11,13 +11,13 @@ import time
 import httpx
 import pytest
 
+from testkit.servers import free_port
+from testkit.trainer_jobs import write_job
 from tests.prometheus import Scrape
-from tests.servers import free_port
-from tests.trainer.conftest import write_job
 from veri.archive import read_metrics
 from veri.core.episodes import RolloutStatus, Rule
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("process"), pytest.mark.slow]
 
 PHASES = ("rollout", "reward", "train", "weight_sync")
 

@@ -23,8 +23,8 @@ import openai
 import pytest
 from transformers import AutoTokenizer
 
-from tests.servers import free_port, start_server
-from tests.trainer.conftest import MAX_TOKENS, write_job, write_tasks
+from testkit.servers import free_port, start_server
+from testkit.trainer_jobs import MAX_TOKENS, write_job, write_tasks
 from tests.trainer.test_train import veri_train
 from veri.archive import ArchiveIndex, read_metrics
 from veri.core.episodes import RolloutStatus, Rule, build_episode
@@ -36,6 +36,8 @@ from veri.services.proxy.control_client import ControlClient
 from veri.services.trainer.grpo.rollout_func import HarnessRollouts
 from veri.services.trainer.weights.served import CLOCK_SLACK_S, ServedWeights
 from veri.services.trainer.weights.sync import announce_version
+
+pytestmark = pytest.mark.needs("process")
 
 STANDIN = Path(__file__).parents[1] / "vllm_standin.py"
 

@@ -67,6 +67,7 @@ def test_a_sync_function_that_exits_is_a_reward_error():
     assert outcome.reward is None and "raised SystemExit: 2" in outcome.verdicts[0].message
 
 
+@pytest.mark.needs("process")
 @pytest.mark.slow
 def test_veri_train_goes_on_through_every_reward_fault(stack, tiny_model, tmp_path):
     policy, proxy = stack

@@ -6,14 +6,18 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import httpx
+import pytest
 from transformers import AutoTokenizer
 
-from tests.trainer.conftest import build_rollouts, write_job
+from testkit.trainer_jobs import write_job
+from tests.trainer.conftest import build_rollouts
 from veri.archive import JobArchive
 from veri.core.episodes import Rule
 from veri.loop.rewards import RewardScorer, load_reward_functions
 from veri.services.trainer.schedule.tasks import task_key
 from veri.validation.run import load_config
+
+pytestmark = pytest.mark.needs("process")
 
 
 class WatchedDisplay:

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from testkit.servers import RunningServer, start_server
+from testkit.trainer_jobs import MAX_TOKENS, write_job
 from tests.models.generation_defaults import HOSTILE, with_generation_defaults
-from tests.servers import RunningServer, start_server
-from tests.trainer.conftest import MAX_TOKENS, write_job
 from tests.trainer.test_train import veri_train
 from veri.archive import ArchiveIndex, read_metrics
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("process"), pytest.mark.slow]
 
 # Measured on the 2-core dev box: the largest |trainer - sampler| logprob over the trained tokens is ~1e-6
 # nats (both float32 on CPU; the server decodes with a KV cache, the trainer in one padded pass).

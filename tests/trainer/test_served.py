@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.core.spans import make_span
+from testkit.spans import make_span
 from veri.core.episodes import Effect, RolloutStatus, Rule, build_episode
 from veri.core.launch import LaunchResult
 from veri.core.policy_api import ServerProcess

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.core.spans import make_span
+from testkit.spans import make_span
 from veri.core.episodes import Effect, RolloutStatus, Rule, build_episode
 from veri.core.launch import LaunchResult
 from veri.core.rollout_record import RolloutRecord

@@ -36,6 +36,7 @@ def fill(volume: Path) -> None:
             filler.write(b"\0" * 4096)
 
 
+@pytest.mark.needs("process")
 def test_a_full_volume_stops_the_job_naming_the_folder(small_volume: Path):
     with pytest.raises(StateVolumeFull) as stopped:
         with JobArchive(small_volume, "job-1") as archive:
@@ -56,6 +57,7 @@ def test_a_full_volume_stops_the_job_naming_the_folder(small_volume: Path):
     assert [json.loads(line)["step"] for line in (job / "metrics.jsonl").read_text().splitlines()] == [0]
 
 
+@pytest.mark.needs("process")
 def test_a_volume_too_full_to_open_the_archive_is_named_at_once(small_volume: Path):
     (small_volume / "job-1").mkdir()
     fill(small_volume)

@@ -13,12 +13,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.trainer.conftest import write_job, write_tasks
+from testkit.trainer_jobs import write_job, write_tasks
 from veri.archive import ArchiveIndex, read_metrics
 from veri.core.episodes import RowKind
 from veri.services.policy.hf.admin_client import PolicyAdmin
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("process"), pytest.mark.slow]
 
 
 def veri_on_stack(subcommand: str, job: Path, stack, output: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.conftest import write_job, write_tasks
+from testkit.trainer_jobs import write_job, write_tasks
 from tests.trainer.test_train import assert_timeline_matches_metrics, veri_train
 from veri.archive import ArchiveIndex, read_metrics
 from veri.core.episodes import Rule
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("process"), pytest.mark.slow]
 
 
 def archived(job_dir: Path) -> list:

@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.servers import free_port
-from tests.trainer.conftest import MAX_TOKENS, write_job
+from testkit.servers import free_port
+from testkit.trainer_jobs import MAX_TOKENS, write_job
 from veri.archive import JobArchive
 from veri.cli import main
 from veri.services.launcher.errors import SandboxUnavailable
@@ -29,6 +29,7 @@ def veri(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "veri.cli", *args], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.needs("process")
 def test_an_unreachable_proxy_is_a_one_line_error(tiny_model, tmp_path):
     job = write_job(tmp_path, tiny_model)
     url = f"http://127.0.0.1:{free_port()}"
@@ -39,12 +40,14 @@ def test_an_unreachable_proxy_is_a_one_line_error(tiny_model, tmp_path):
     assert "Traceback" not in result.stderr and not (tmp_path / "jobs").exists()
 
 
+@pytest.mark.needs("process")
 def test_config_problems_are_listed_before_anything_starts(tiny_model, tmp_path):
     job = write_job(tmp_path, tiny_model, max_step=3)
     result = veri("train", str(job), "--base-dir", str(tmp_path), "--sandbox", "local")
     assert result.returncode == 1 and "max_step: is not a known key" in result.stderr
 
 
+@pytest.mark.needs("process")
 def test_without_an_image_it_prints_the_commands_that_run_the_job(tiny_model, tmp_path):
     """As `veri eval` on its own (tests/evals/test_alone.py, the same code: rollouts/stack_args.py): nothing starts,
     and the refusal gives make train with the job's RESUME and NAME, and by hand the bundle's build then
@@ -102,6 +105,7 @@ def healthy_server(handler: type[_Healthy] = _Healthy) -> Iterator[str]:
         server.shutdown()
 
 
+@pytest.mark.needs("process")
 def test_an_archive_another_trainer_holds_is_a_one_line_error(tiny_model, tmp_path):
     job = write_job(tmp_path, tiny_model)
     with healthy_server() as url, JobArchive(tmp_path / "jobs", "job"):
@@ -112,6 +116,7 @@ def test_an_archive_another_trainer_holds_is_a_one_line_error(tiny_model, tmp_pa
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
 
 
+@pytest.mark.needs("process")
 def test_a_proxy_url_that_is_not_veri_s_proxy_is_a_one_line_error(tiny_model, tmp_path):
     """It answers /health, but not how it samples: the job cannot know its spans' distribution."""
     job = write_job(tmp_path, tiny_model)

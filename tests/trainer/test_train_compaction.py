@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.trainer.conftest import write_job, write_tasks
+from testkit.trainer_jobs import write_job, write_tasks
 from tests.trainer.test_train import veri_train
 from veri.archive import ArchiveIndex, read_metrics
 from veri.core.episodes import RowKind
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.needs("process"), pytest.mark.slow]
 
 COMPACTING_AGENT = '''
 import json, os, pathlib

@@ -12,12 +12,14 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 import yaml
 from transformers import AutoTokenizer
 
-from tests.servers import free_port, start_server
-from tests.trainer.conftest import MAX_TOKENS, build_rollouts, write_job
+from testkit.servers import free_port, start_server
+from testkit.trainer_jobs import MAX_TOKENS, write_job
+from tests.trainer.conftest import build_rollouts
 from tests.trainer.records import model_logprobs
 from veri.archive import JobArchive
 from veri.core.config import JobConfig, parse_config
@@ -130,6 +132,7 @@ def vllm_job(model: Path, folder: Path) -> JobConfig:
     return parse_config(yaml.safe_load(write_job(folder, model, **VLLM_JOB).read_text()), base_dir=folder)
 
 
+@pytest.mark.needs("process")
 def test_the_sync_announces_the_version_for_a_steps_rollouts_and_for_an_eval_after_the_step(tiny_model, tmp_path):
     """vLLM reports no version: the proxy stamps each span with the one the trainer announced. The sync
     announces it as it loads the weights (`vllm_sync.AnnouncedSync`): TRL's before a step's rollouts, and

@@ -182,7 +182,7 @@ class FaultsStack:
 
 @contextlib.contextmanager
 def faults_stack(docker_client: Any, model: Path, workdir: Path) -> Iterator[FaultsStack]:
-    from tests.servers import start_server, stop_server
+    from testkit.servers import start_server, stop_server
     from veri.services.launcher.docker_backend import ensure_rollouts_network
 
     ensure_rollouts_network(docker_client, NETWORK)
@@ -226,8 +226,8 @@ def _control_network(docker_client: Any) -> Any:
 
 
 def _policy_on(host: str, model: Path, token: str) -> Any:
-    """`veri serve policy` bound to `host` (tests.servers binds loopback, which a container cannot reach)."""
-    from tests.servers import RunningServer, free_port
+    """`veri serve policy` bound to `host` (testkit.servers binds loopback, which a container cannot reach)."""
+    from testkit.servers import RunningServer, free_port
 
     port = free_port()
     log_path = Path(os.environ.get("VERI_TEST_LOGS", "/tmp/veri-test-logs")) / f"policy-reliability-{port}.log"

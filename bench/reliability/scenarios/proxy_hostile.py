@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[3]
 if str(REPO) not in sys.path:  # run by bench/reliability/run.py, not from the repo root
     sys.path.insert(0, str(REPO))
 
-from tests.servers import start_server  # noqa: E402
+from testkit.servers import start_server  # noqa: E402
 from veri.core.records import SessionInfo  # noqa: E402
 from veri.services.proxy.anthropic.protocol import MessagesRequest  # noqa: E402
 from veri.services.proxy.control_client import ControlClient  # noqa: E402

@@ -66,7 +66,7 @@ def reward(completions, outputs, reward_fault, **kwargs):
 
 def write_reward_job(folder: Path, model: Path, *, max_steps: int, rollouts_per_prompt: int = 2) -> Path:
     """The trainer tests' two-call tool loop (tests/trainer/conftest.py), one task per fault plus a healthy one."""
-    from tests.trainer.conftest import MAX_TOKENS, write_bundle, write_tasks
+    from testkit.trainer_jobs import MAX_TOKENS, write_bundle, write_tasks
 
     folder.mkdir(parents=True, exist_ok=True)
     write_bundle(folder / "bundle")
@@ -135,8 +135,8 @@ def train(job: Path, policy_url: str, proxy_url: str, output: Path) -> subproces
 
 
 def run(quick: bool) -> dict[str, Any]:
-    from tests.servers import start_server
-    from tests.trainer.conftest import MAX_TOKENS, SCRIPT
+    from testkit.servers import start_server
+    from testkit.trainer_jobs import MAX_TOKENS, SCRIPT
 
     steps = 2 if quick else 5
     model = ROOT / "build" / "models" / "tiny"

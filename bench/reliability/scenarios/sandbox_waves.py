@@ -92,7 +92,7 @@ def leftovers(docker_client: Any, launcher_id: str) -> int:
 
 def check(docker_client: Any, *, waves: int, wave: int) -> WavesReport:
     """A launcher service of its own, the image built, the waves run: the report."""
-    from tests.servers import start_server
+    from testkit.servers import start_server
     from veri.services.launcher.docker_backend import ensure_rollouts_network
 
     ensure_rollouts_network(docker_client, NETWORK)

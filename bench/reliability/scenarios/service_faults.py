@@ -168,7 +168,7 @@ def service_stack(docker_client: Any, model: Path, workdir: Path) -> Iterator[Se
     """policy and launcher on this host; the proxy in a veri/runtime container on the rollouts network
     (as harness_faults: sandboxes reach only that network) with `restart: on-failure`, as compose.yaml."""
     from bench.reliability.scenarios.harness_faults import _control_network
-    from tests.servers import free_port
+    from testkit.servers import free_port
     from veri.services.launcher.docker_backend import ensure_rollouts_network
 
     ensure_rollouts_network(docker_client, NETWORK)

@@ -15,26 +15,24 @@
     steps(step, metrics)
         one row per line of metrics.jsonl (metrics: that line's JSON): the completed steps
 
-The trainer writes it (`IndexWriter`, one connection, a commit per row); the console reads it with
-`ArchiveIndex`, which opens the database read-only, so a read-only archive mount works. The database
+This module holds the schema and what a row holds; the trainer writes it (`index_writer.IndexWriter`, one
+connection, a commit per row); the console reads it with `index_reader.ArchiveIndex`, which opens the
+database read-only, so a read-only archive mount works; `index_query.RolloutQuery` is a filter and order. The database
 uses SQLite's default rollback journal (no WAL), because WAL needs a writable folder even to read.
 
 Schema versions (PRAGMA user_version): 1 had no final_answer; 2 adds it and the indexes the console's
 filters and sorts use; 3 adds the answers full-text index (2 scanned every row of the range for text).
 The index is rebuilt from the files, never migrated: the trainer's `JobArchive`
-rebuilds an older one when it opens the archive, `rebuild_index` does it by hand, and `ArchiveIndex`
+rebuilds an older one when it opens the archive, `rebuild_index` (index_writer.py; `python -m
+veri.archive.index JOB_FOLDER`) does it by hand, and `ArchiveIndex`
 refuses one it cannot read with that fix in the message.
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
-from veri.archive.layout import ArchiveLayout, read_metrics
 from veri.core.rollout_record import RolloutRecord
 
 SCHEMA_VERSION = 3
@@ -84,15 +82,6 @@ COLUMNS = (
     "prompt_tokens", "completion_tokens", "environment_tokens", "policy_version", "policy_versions", "path",
     "final_answer",
 )
-TRIGRAM = 3  # characters: a shorter text cannot use the trigram index (it is matched by a scan)
-# The orders the console offers: name -> ORDER BY (ties broken by position, so pages are stable).
-SORTS = {
-    "step": "step, task_index, rollout_index",
-    "reward": "reward, step, task_index, rollout_index",
-    "turns": "turns, step, task_index, rollout_index",
-    "tokens": "completion_tokens, step, task_index, rollout_index",
-    "task": "task_index, step, rollout_index",
-}
 
 
 def index_row(step: int, record: RolloutRecord, path: str) -> dict[str, Any]:
@@ -138,277 +127,10 @@ def read_rollout(path: Path) -> RolloutRecord:
     return RolloutRecord.model_validate_json(Path(path).read_bytes())
 
 
-class IndexWriter:
-    """The trainer's connection to index.sqlite."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
-        # INSERT OR REPLACE deletes the old row without firing delete triggers unless this is on, which
-        # would leave the replaced answer in the full-text index
-        self.db.execute("PRAGMA recursive_triggers = ON")
-        version = self.db.execute("PRAGMA user_version").fetchone()[0]
-        if version not in (0, SCHEMA_VERSION):
-            raise sqlite3.DatabaseError(f"index schema version {version}, this veri writes {SCHEMA_VERSION}")
-        self.db.executescript(SCHEMA)
-        self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        self.db.commit()
-
-    def upsert_rollout(self, row: dict[str, Any]) -> None:
-        placeholders = ", ".join("?" for _ in COLUMNS)
-        with self.db:
-            self.db.execute(
-                f"INSERT OR REPLACE INTO rollouts ({', '.join(COLUMNS)}) VALUES ({placeholders})",
-                [row[column] for column in COLUMNS],
-            )
-
-    def upsert_step(self, step: int, metrics: dict[str, Any]) -> None:
-        with self.db:
-            self.db.execute("INSERT OR REPLACE INTO steps (step, metrics) VALUES (?, ?)", (step, json.dumps(metrics)))
-
-    def drop_steps_after(self, step: int) -> None:
-        with self.db:
-            self.db.execute("DELETE FROM rollouts WHERE step > ?", (step,))
-            self.db.execute("DELETE FROM steps WHERE step > ?", (step,))
-
-    def sync(self, layout: ArchiveLayout) -> IndexReport:
-        """Bring the index in line with the files: index rollout files it lacks, drop rows whose file is gone,
-        and replace the steps table with metrics.jsonl. Rows of files already indexed are kept as they are."""
-        report = IndexReport()
-        indexed = {path for (path,) in self.db.execute("SELECT path FROM rollouts")}
-        on_disk = {}
-        for step, file in layout.rollout_files():
-            on_disk[layout.relative(file)] = (step, file)
-        with self.db:
-            for path in indexed - set(on_disk):
-                self.db.execute("DELETE FROM rollouts WHERE path = ?", (path,))
-                report.dropped.append(path)
-        for path in sorted(set(on_disk) - indexed):
-            step, file = on_disk[path]
-            try:
-                record = read_rollout(file)
-            except (OSError, ValueError) as error:
-                report.unreadable.append(f"{path}: {error}")
-                continue
-            self.upsert_rollout(index_row(step, record, path))
-            report.added.append(path)
-        report.rollouts = len(on_disk) - len(report.unreadable)
-        with self.db:
-            self.db.execute("DELETE FROM steps")
-            for line in read_metrics(layout.metrics):
-                self.db.execute("INSERT INTO steps (step, metrics) VALUES (?, ?)", (line["step"], json.dumps(line)))
-                report.steps += 1
-        return report
-
-    def close(self) -> None:
-        self.db.close()
-
-
-@dataclass
-class IndexReport:
-    rollouts: int = 0  # rollout rows the index holds from the files
-    steps: int = 0  # completed steps (metrics lines)
-    added: list[str] = field(default_factory=list)
-    dropped: list[str] = field(default_factory=list)
-    unreadable: list[str] = field(default_factory=list)  # "path: error" of files that do not parse
-
-
-def rebuild_index(archive_dir: Path) -> IndexReport:
-    """Regenerate index.sqlite of a job's archive folder from its files alone (the files are the truth).
-
-    Builds a fresh database beside the old one and swaps it in, so a reader never sees a half-built index.
-    Do not run it while a trainer is writing the same archive.
-    """
-    layout = ArchiveLayout(Path(archive_dir))
-    fresh = layout.index.with_name(f".{layout.index.name}.rebuild.tmp")
-    for leftover in (fresh, fresh.with_name(fresh.name + "-journal")):
-        leftover.unlink(missing_ok=True)
-    writer = IndexWriter(fresh)
-    try:
-        report = writer.sync(layout)
-    finally:
-        writer.close()
-    fresh.replace(layout.index)
-    return report
-
-
-class ArchiveIndex:
-    """Read-only queries over a job archive, for the console. Rows are dicts; `verdicts` is a list of rule
-    names, `trainable` a bool; `path` is relative to the archive folder (pass it to `read_rollout`)."""
-
-    def __init__(self, archive_dir: Path) -> None:
-        self.layout = ArchiveLayout(Path(archive_dir).resolve())
-        if not self.layout.index.is_file():
-            raise FileNotFoundError(f"no archive index at {self.layout.index} (the trainer creates it)")
-        uri = f"{self.layout.index.as_uri()}?mode=ro"
-        self.db = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
-        self.db.row_factory = sqlite3.Row
-        version = self.db.execute("PRAGMA user_version").fetchone()[0]
-        if version != SCHEMA_VERSION:
-            self.db.close()
-            raise IndexOutdated(
-                f"{self.layout.index} has index schema {version}, this veri reads {SCHEMA_VERSION}: rebuild it"
-                f" from the files (python -m veri.archive.index {self.layout.dir}), or resume the job"
-                " (the trainer rebuilds it)"
-            )
-
-    def list_steps(self) -> list[dict[str, Any]]:
-        """Every step with rollouts or metrics, ascending: {step, complete, rollouts, metrics (None until
-        the step completes)}. The step in progress shows up with complete False."""
-        steps: dict[int, dict[str, Any]] = {}
-        for step, count in self.db.execute("SELECT step, COUNT(*) FROM rollouts GROUP BY step"):
-            steps[step] = {"step": step, "complete": False, "rollouts": count, "metrics": None}
-        for step, metrics in self.db.execute("SELECT step, metrics FROM steps"):
-            entry = steps.setdefault(step, {"step": step, "rollouts": 0})
-            entry |= {"complete": True, "metrics": json.loads(metrics)}
-        return [steps[step] for step in sorted(steps)]
-
-    def recent_metrics(self, steps: int) -> list[dict[str, Any]]:
-        """The metrics lines of the last `steps` completed steps, ascending (without reading metrics.jsonl)."""
-        rows = self.db.execute("SELECT metrics FROM steps ORDER BY step DESC LIMIT ?", (steps,)).fetchall()
-        return [json.loads(metrics) for (metrics,) in reversed(rows)]
-
-    def rollouts(
-        self,
-        step: int | None = None,
-        status: str | None = None,
-        rule: str | None = None,
-        limit: int = 100,
-        offset: int = 0,
-        *,
-        trainable: bool | None = None,
-    ) -> list[dict[str, Any]]:
-        """Index rows, filtered (rule: rollouts where that rule fired), ordered by step, task, rollout."""
-        query = RolloutQuery(step_min=step, step_max=step, status=status, rule=rule, trainable=trainable)
-        return self.search(query, limit, offset)
-
-    def count_rollouts(
-        self, step: int | None = None, status: str | None = None, rule: str | None = None, *,
-        trainable: bool | None = None,
-    ) -> int:
-        return self.count(RolloutQuery(step_min=step, step_max=step, status=status, rule=rule, trainable=trainable))
-
-    def search(self, query: RolloutQuery, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
-        """One page of index rows matching `query`, in its order."""
-        where, params = query.where()
-        sql = f"SELECT * FROM rollouts{where} ORDER BY {query.order_by()} LIMIT ? OFFSET ?"
-        return [_row(row) for row in self.db.execute(sql, [*params, limit, offset])]
-
-    def search_page(self, query: RolloutQuery, limit: int = 100, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
-        """One page of `search` and how many rows match in all. (Two queries: counting through a window
-        function in the same pass measured slower, as it reads every matching row.)"""
-        return self.search(query, limit, offset), self.count(query)
-
-    def steps_with_rollouts(self) -> list[int]:
-        return [step for (step,) in self.db.execute("SELECT DISTINCT step FROM rollouts ORDER BY step")]
-
-    def count(self, query: RolloutQuery) -> int:
-        where, params = query.where()
-        return self.db.execute(f"SELECT COUNT(*) FROM rollouts{where}", params).fetchone()[0]
-
-    def find(self, step: int, task_index: int, rollout_index: int) -> dict[str, Any] | None:
-        """The row of one rollout (None when the index has no such rollout)."""
-        row = self.db.execute("SELECT * FROM rollouts WHERE step = ? AND task_index = ? AND rollout_index = ?",
-                              (step, task_index, rollout_index)).fetchone()
-        return _row(row) if row else None
-
-    def step_range(self) -> tuple[int, int] | None:
-        """The lowest and highest step with rollouts (None: no rollouts yet)."""
-        low, high = self.db.execute("SELECT MIN(step), MAX(step) FROM rollouts").fetchone()
-        return None if low is None else (low, high)
-
-    def task_indexes(self) -> list[int]:
-        return [task for (task,) in self.db.execute("SELECT DISTINCT task_index FROM rollouts ORDER BY task_index")]
-
-    def read_rollout(self, path: str | Path) -> RolloutRecord:
-        """The record at an index row's `path`; refuses a path outside the archive folder."""
-        return read_rollout(self.layout.inside(path))
-
-    def metrics(self) -> list[dict[str, Any]]:
-        """Every completed step's metrics line, from metrics.jsonl (the source of truth), ascending."""
-        return read_metrics(self.layout.metrics)
-
-    def close(self) -> None:
-        self.db.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class IndexOutdated(sqlite3.DatabaseError):
-    """index.sqlite was written by another schema version (rebuild it from the files)."""
-
-
-@dataclass(frozen=True)
-class RolloutQuery:
-    """Which rollouts, and in what order. Every field is optional; bounds are inclusive.
-
-    rule: rollouts where that rule fired; sort: a key of SORTS.
-    text: a substring of the final answer (its first FINAL_ANSWER_CHARS), case-insensitive, spaces and
-    punctuation included as typed ("url is" matches "The URL is https://..."; no words, operators or
-    wildcards: "%", "_", "*", quotes are plain characters). From TRIGRAM characters on it is looked up in
-    the answers full-text index (trigram, so any substring is found, and case folds for any alphabet);
-    a shorter text is a LIKE scan of the rows the other filters leave (case folds for A-Z only).
-    """
-
-    step_min: int | None = None
-    step_max: int | None = None
-    status: str | None = None
-    rule: str | None = None
-    reward_min: float | None = None
-    reward_max: float | None = None
-    task_index: int | None = None
-    text: str | None = None
-    trainable: bool | None = None
-    sort: str = "step"
-    descending: bool = False
-
-    def __post_init__(self) -> None:
-        if self.sort not in SORTS:
-            raise ValueError(f"sort {self.sort!r}: use one of {', '.join(SORTS)}")
-
-    def order_by(self) -> str:
-        columns = SORTS[self.sort]
-        return ", ".join(f"{column} DESC" for column in columns.split(", ")) if self.descending else columns
-
-    def where(self) -> tuple[str, list[Any]]:
-        clauses: list[str] = []
-        params: list[Any] = []
-
-        def add(clause: str, value: Any) -> None:
-            if value is not None:
-                clauses.append(clause)
-                params.append(value)
-
-        add("step >= ?", self.step_min)
-        add("step <= ?", self.step_max)
-        add("status = ?", None if self.status is None else str(self.status))
-        add("instr(',' || verdicts || ',', ',' || ? || ',') > 0", None if self.rule is None else str(self.rule))
-        add("reward >= ?", self.reward_min)
-        add("reward <= ?", self.reward_max)
-        add("task_index = ?", self.task_index)
-        add("trainable = ?", None if self.trainable is None else int(self.trainable))
-        if self.text and len(self.text) >= TRIGRAM:
-            phrase = '"' + self.text.replace('"', '""') + '"'  # one FTS5 string: consecutive trigrams
-            add("rowid IN (SELECT rowid FROM answers WHERE answers MATCH ?)", phrase)
-        elif self.text:
-            escaped = self.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            add("final_answer LIKE ? ESCAPE '\\'", f"%{escaped}%")
-        return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
-
-
-def _row(row: sqlite3.Row) -> dict[str, Any]:
-    item = dict(row)
-    item["trainable"] = bool(item["trainable"])
-    item["verdicts"] = item["verdicts"].split(",") if item["verdicts"] else []
-    return item
-
-
 if __name__ == "__main__":  # python -m veri.archive.index JOB_FOLDER: rebuild its index from the files
     import sys
+
+    from veri.archive.index_writer import rebuild_index
 
     for folder in sys.argv[1:]:
         done = rebuild_index(Path(folder))

@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import Any, Self
 
 from veri.archive.errors import ArchiveInUse, JobError, StateVolumeFull
-from veri.archive.index import ArchiveIndex, IndexWriter, index_row
+from veri.archive.index import index_row
+from veri.archive.index_reader import ArchiveIndex
+from veri.archive.index_writer import IndexWriter
 from veri.archive.layout import ArchiveLayout, append_line, atomic_write, cut_partial_tail, read_metrics
 from veri.archive.metrics import MetricSinks
 from veri.archive.status import JobStatus, write_job_end, write_job_start

@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -50,6 +50,9 @@ from veri.core.branches import (
 )
 from veri.core.records import TokenFidelity
 
+if TYPE_CHECKING:  # core/launch.py imports this module (RolloutStatus, VerifierError)
+    from veri.core.launch import VerifierResult
+
 __all__ = ["Branch", "Decoder", "RowKind", "TrainingRow", "extends", "first_difference"]
 
 
@@ -65,6 +68,9 @@ class Rule(StrEnum):
     POLICY_VERSION_STALE = "policy_version_stale"
     POLICY_SERVER_RESTARTED = "policy_server_restarted"
     COMPLETION_TRUNCATED = "completion_truncated"
+    VERIFIER_NO_REWARD = "verifier_no_reward"
+    VERIFIER_TIMEOUT = "verifier_timeout"
+    VERIFIER_ERROR = "verifier_error"
 
 
 class Effect(StrEnum):
@@ -158,7 +164,43 @@ RULES: dict[Rule, RuleSpec] = {
         "nothing, if that is what the job asks for; to train these rollouts, raise sampling.max_tokens or"
         " max_response_length (or unset mask_truncated_completions)",
     ),
+    # A Harbor task's verifier (its tests/test.sh, run after the agent). A verifier that could not say
+    # anything is never a 0: a 0 is only what tests that ran wrote.
+    Rule.VERIFIER_NO_REWARD: RuleSpec(
+        Effect.REJECT,
+        "the task's test.sh ended without writing /logs/verifier/reward.txt or reward.json: the tests"
+        " gave no reward, so the rollout is not scored (never a 0)",
+        "fix the task: test.sh must write a number to /logs/verifier/reward.txt (or a JSON object of numbers to"
+        " reward.json) on every path, failing tests included (e.g. `if pytest ...; then echo 1; else echo 0; fi"
+        " > /logs/verifier/reward.txt`); its output is in the verdict's details",
+    ),
+    Rule.VERIFIER_TIMEOUT: RuleSpec(
+        Effect.REJECT,
+        "the task's test.sh ran past [verifier] timeout_sec and was killed: no reward",
+        "raise the task's [verifier] timeout_sec, or make its tests faster; a slow box (many parallel"
+        " rollouts) slows the tests too",
+    ),
+    Rule.VERIFIER_ERROR: RuleSpec(
+        Effect.REJECT,
+        "the task's verifier could not give a reward: a reward file that is empty, not a number, not finite"
+        " (nan, inf) or not a JSON object, or a verifier that could not run at all",
+        "fix the task's test.sh so it writes one finite number to reward.txt (or a JSON object of finite"
+        " numbers to reward.json); a verifier that could not run says why in the message",
+    ),
 }
+
+
+class VerifierError(StrEnum):
+    """Why a task's verifier gave no reward (the launcher's verdict, core/launch.py VerifierResult)."""
+
+    NONE = "none"  # the tests ran and their reward files were read
+    NO_REWARD = "no_reward"  # neither reward.txt nor reward.json
+    TIMEOUT = "timeout"  # test.sh ran past its timeout
+    ERROR = "error"  # unreadable reward files, or the verifier could not run
+
+
+VERIFIER_RULES = {VerifierError.NO_REWARD: Rule.VERIFIER_NO_REWARD, VerifierError.TIMEOUT: Rule.VERIFIER_TIMEOUT,
+                  VerifierError.ERROR: Rule.VERIFIER_ERROR}
 
 
 class RolloutStatus(StrEnum):
@@ -341,10 +383,12 @@ def build_episode(
     *,
     exit_code: int | None = None,
     decoder: Decoder | None = None,
+    verifier: VerifierResult | None = None,
 ) -> Episode:
-    """Apply every rule to one rollout; `decoder` (a tokenizer) adds decoded text to token differences."""
+    """Apply every rule to one rollout; `decoder` (a tokenizer) adds decoded text to token differences;
+    `verifier`: a Harbor task's verification (LaunchResult.verifier)."""
     ordered = as_episode_spans(spans)
-    verdicts = _status_verdicts(status, exit_code)
+    verdicts = _status_verdicts(status, exit_code) + verifier_verdicts(verifier)
     if not ordered:
         verdicts.append(Verdict.of(Rule.NO_SPANS, RULES[Rule.NO_SPANS].summary))
         return Episode(status=status, verdicts=verdicts)
@@ -434,6 +478,20 @@ def _cut(row: TrainingRow, max_length: int, which: str) -> tuple[TrainingRow, Ve
         f" max_response_length={max_length}: kept the first {keep} ({sum(cut.env_mask)} sampled)"
     )
     return cut, Verdict.of(Rule.RESPONSE_TRUNCATED, message, length=len(row.completion_ids), kept=keep)
+
+
+def verifier_verdicts(verifier: VerifierResult | None) -> list[Verdict]:
+    """The verdict of a task's verifier that gave no reward ([] when it gave one, or there is none)."""
+    if verifier is None or verifier.error is VerifierError.NONE:
+        return []
+    rule = VERIFIER_RULES[verifier.error]
+    message = verifier.message or RULES[rule].summary
+    details: dict[str, Any] = {"exit_code": verifier.exit_code, "duration_s": round(verifier.duration_s, 3)}
+    if verifier.stdout_tail:
+        details["test_stdout_tail"] = verifier.stdout_tail[-2000:]
+    if verifier.stderr_tail:
+        details["verifier_stderr_tail"] = verifier.stderr_tail[-2000:]
+    return [Verdict.of(rule, message, **details)]
 
 
 def _status_verdicts(status: RolloutStatus, exit_code: int | None) -> list[Verdict]:

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from tests.servers import start_server
+from testkit.servers import start_server
 from veri.core.launch import GroupLaunch, RolloutLaunch
 from veri.services.launcher.client import LauncherClient
 from veri.services.launcher.docker_backend import LABEL_LAUNCHER, LABEL_ROLLOUT, DockerBackend

@@ -190,13 +190,14 @@ def test_the_wrapper_records_the_harness_exit_status(tmp_path):
     """What stands in for docker's status when it comes back from live-restore as 255 (lost)."""
     import subprocess
 
-    from veri.services.launcher.docker_backend import LOGS_MOUNT, STDIO_WRAPPER, _recorded_exit
+    from veri.services.launcher.docker_backend import LOGS_MOUNT, STDIO_WRAPPER
+    from veri.services.launcher.sandbox_files import recorded_exit
 
     logs = tmp_path / "logs"
     logs.mkdir()
     wrapper = STDIO_WRAPPER.replace(LOGS_MOUNT, str(logs))
     done = subprocess.run(["sh", "-c", wrapper, "veri-harness", "sh", "-c", "echo hi; echo oops >&2; exit 3"])
-    assert done.returncode == 3 and _recorded_exit(logs) == 3
+    assert done.returncode == 3 and recorded_exit(logs) == 3
     assert (logs / "stdout").read_text() == "hi\n" and (logs / "stderr").read_text() == "oops\n"
     (logs / "exit").write_text("not a status")
-    assert _recorded_exit(logs) is None
+    assert recorded_exit(logs) is None

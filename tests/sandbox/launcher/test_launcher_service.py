@@ -10,8 +10,8 @@ import sys
 import uuid
 from pathlib import Path
 
+from testkit.servers import start_server
 from tests.sandbox.conftest import BASE, LABEL, SESSION
-from tests.servers import start_server
 from veri.core.launch import GroupLaunch, RolloutLaunch
 from veri.services.launcher.client import LauncherClient
 

@@ -159,7 +159,8 @@ class GroupCollector:
     def _record(
         self, step: int, task_index: int, task: dict[str, Any], index: int, result: LaunchResult, spans: list[Span]
     ) -> RolloutRecord:
-        episode = build_episode(spans, result.status, exit_code=result.exit_code, decoder=self.decoder)
+        episode = build_episode(spans, result.status, exit_code=result.exit_code, decoder=self.decoder,
+                                verifier=result.verifier)
         episode = truncate_episode(with_launch_details(episode, result), self.max_response_length)
         return RolloutRecord(
             rollout_id=result.rollout_id, task_index=task_index, rollout_index=index, policy_step=step, task=task,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlencode
 
-from veri.archive.index import SORTS, RolloutQuery
+from veri.archive.index_query import SORTS, RolloutQuery
 from veri.core.episodes import RolloutStatus, Rule
 
 PER_PAGE = 50

@@ -23,7 +23,7 @@ cancelled, its sandbox is removed before the cancellation goes on, even one that
 creating in a pool thread when the cancel landed (`_create_or_discard`).
 
 dockerd stopped or restarting (live-restore, `make docker`, keeps the sandboxes running meanwhile): a
-docker call that cannot reach it is tried again with backoff for up to `dockerd_grace_s` (the waits on
+docker call that cannot reach it is tried again with backoff for up to `dockerd_grace_s` (dockerd_watch.py; the waits on
 running sandboxes reconnect the same way, and read the exit code of one that ended meanwhile); past that
 the rollout ends `failed` with an `infrastructure_error` saying so (masked, never scored). A create
 whose answer was lost is not repeated blind: the rollout's earlier attempt, if docker made it, is
@@ -46,6 +46,7 @@ import socket
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,9 +56,7 @@ import docker
 import structlog
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import LogConfig, Mount, Ulimit
-from requests.exceptions import ChunkedEncodingError
-from requests.exceptions import ConnectionError as RequestsConnectionError
-from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception_type, stop_never, wait_exponential
+from tenacity import AsyncRetrying, Retrying
 
 from veri.core import egress, envs
 from veri.core.episodes import RolloutStatus
@@ -65,9 +64,20 @@ from veri.core.harness import BUNDLE_MOUNT, HARNESS_UID, OUTPUT_MOUNT
 from veri.core.launch import LaunchResult, RolloutLaunch, SandboxLimits
 from veri.services.launcher.docker_egress import DockerEgress
 from veri.services.launcher.docker_hosts import PinnedHosts
+from veri.services.launcher.docker_task import run_task
+from veri.services.launcher.dockerd_watch import DOCKERD_GRACE_S, DockerdWatch
 from veri.services.launcher.errors import DockerdAway, EgressProblem, ImageProblem, SandboxUnavailable
-from veri.services.launcher.outputs import enforce_output_cap, hand_back, prepare_output
-from veri.services.launcher.tails import Tail
+from veri.services.launcher.outputs import enforce_output_cap, hand_back
+from veri.services.launcher.sandbox_files import (
+    ignore_outcome,
+    logs_dir_of,
+    output_ceiling,
+    output_note,
+    prepare_dirs,
+    read_tails,
+    recorded_exit,
+    tree_size,
+)
 
 log = structlog.get_logger("veri.services.launcher.docker")
 
@@ -77,11 +87,6 @@ LOGS_MOUNT = "/veri/logs"
 LOG_CEILING_BYTES = 2 << 30  # stdout + stderr on disk while running; past it the sandbox is killed
 GUARD_INTERVAL_S = 0.5
 MAX_STARTING = 8  # sandboxes being created or started at once (per event loop)
-DOCKERD_GRACE_S = 120.0  # how long one docker call waits out a dockerd that does not answer
-RETRY_FIRST_S, RETRY_MAX_S = 0.5, 5.0  # backoff between its tries
-# dockerd not there (refused, no socket) or gone mid-answer (a long `wait` cut by its stop)
-NO_ANSWER = (RequestsConnectionError, ChunkedEncodingError)
-MAX_OUTPUT_ENTRIES = 100_000
 LABEL_SANDBOX = "veri.sandbox"
 LABEL_LAUNCHER = "veri.launcher"
 LABEL_ROLLOUT = "veri.rollout_id"
@@ -150,8 +155,7 @@ class DockerBackend:
         self.network = network
         self.launcher_id = launcher_id
         self.max_sandboxes = max_sandboxes
-        self.dockerd_grace_s = dockerd_grace_s
-        self._away_since: float | None = None  # dockerd stopped answering then (for one log line each way)
+        self.dockerd = DockerdWatch(dockerd_grace_s)
         self._unremoved: list[Any] = []  # sandboxes whose removal gave up on dockerd: removed on the next run
         self._pool = ThreadPoolExecutor(max_workers=2 * max_sandboxes + 8, thread_name_prefix="veri-docker")
         self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
@@ -211,7 +215,7 @@ class DockerBackend:
             try:
                 return await self._run(launch, Path(output_dir).absolute(), started)
             except asyncio.CancelledError:  # the sandbox is gone (_run); its logs folder goes too
-                shutil.rmtree(_logs_dir(Path(output_dir).absolute()), ignore_errors=True)
+                shutil.rmtree(logs_dir_of(Path(output_dir).absolute()), ignore_errors=True)
                 raise
             except ImageNotFound:
                 error = _missing_image(launch.image)
@@ -220,7 +224,7 @@ class DockerBackend:
             except (DockerException, OSError) as exc:
                 log.error("sandbox failed", rollout_id=launch.rollout_id, error=f"{type(exc).__name__}: {exc}")
                 error = f"{type(exc).__name__}: {exc}"
-            shutil.rmtree(_logs_dir(Path(output_dir).absolute()), ignore_errors=True)
+            shutil.rmtree(logs_dir_of(Path(output_dir).absolute()), ignore_errors=True)
         return LaunchResult(rollout_id=launch.rollout_id, status=RolloutStatus.FAILED, infrastructure_error=error,
                             started_at=started, duration_s=time.time() - started)
 
@@ -250,12 +254,15 @@ class DockerBackend:
             except DockerdAway:
                 self._unremoved.append(stranded)
                 raise
+        if launch.task_env is not None:  # a Harbor task: its own image, then its verifier (docker_task.py)
+            return await run_task(self, launch, output_dir, started)
         spec = await self._docker(self._image_spec, launch.image)
-        logs_dir = _logs_dir(output_dir)
-        await self._call(_prepare_dirs, output_dir, logs_dir)
-        starting = self._starting.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(MAX_STARTING))
+        logs_dir = logs_dir_of(output_dir)
+        await self._call(prepare_dirs, output_dir, logs_dir)
+        starting = self._starting_slot()
         async with starting:
-            container = await self._create_or_discard(launch, spec, output_dir, logs_dir)
+            container = await self._create_or_discard(
+                launch, functools.partial(self._create, launch, spec, output_dir, logs_dir))
         notes: list[str] = []
         exit_code: int | None = None
         guarded = False  # the guard killed it
@@ -272,7 +279,7 @@ class DockerBackend:
                                          return_when=asyncio.FIRST_COMPLETED)
             if waiting in done:
                 exit_code = int((await waiting)["StatusCode"])
-                recorded = await self._call(_recorded_exit, logs_dir) if exit_code == LOST_EXIT else None
+                recorded = await self._call(recorded_exit, logs_dir) if exit_code == LOST_EXIT else None
                 if recorded is not None and recorded != exit_code:
                     log.warning("sandbox.exit_status_lost", rollout_id=launch.rollout_id, docker=exit_code,
                                 harness=recorded)  # dockerd restarted while the sandbox ended
@@ -296,20 +303,20 @@ class DockerBackend:
             if guard is not None:
                 guard.cancel()
             if waiting is not None and not waiting.done():
-                waiting.add_done_callback(_ignore_outcome)  # ends once the container is gone
+                waiting.add_done_callback(ignore_outcome)  # ends once the container is gone
             try:
                 await asyncio.shield(self._docker(self._remove, container))
             except DockerdAway:
                 self._unremoved.append(container)
                 raise
-        stdout, stderr = await self._call(_read_tails, logs_dir, limits.log_tail_bytes)
+        stdout, stderr = await self._call(read_tails, logs_dir, limits.log_tail_bytes)
         await self._call(shutil.rmtree, logs_dir, True)
-        ceiling = _output_ceiling(limits)
+        ceiling = output_ceiling(limits)
         if not guarded:
-            size = await self._call(_tree_size, output_dir)
+            size = await self._call(tree_size, output_dir)
             if size > ceiling:  # it finished before the guard saw it: the same verdict either way
                 status = RolloutStatus.FAILED
-                notes.append(_output_note(size, ceiling))
+                notes.append(output_note(size, ceiling))
         truncated = await self._call(enforce_output_cap, output_dir, limits.output_max_bytes)
         await self._call(hand_back, output_dir)  # to the services' user: the trainer reads it
         if status is RolloutStatus.FAILED and exit_code == 1 and not stderr.strip() and not notes:
@@ -327,9 +334,12 @@ class DockerBackend:
             started_at=started, duration_s=time.time() - started,
         )
 
-    async def _create_or_discard(self, launch: RolloutLaunch, spec: ImageSpec, output_dir: Path,
-                                 logs_dir: Path) -> Any:
-        """`_create` in the pool. A pool thread cannot be stopped: when this task is cancelled while
+    def _starting_slot(self) -> asyncio.Semaphore:
+        """The cap on sandboxes being created or started at once (per event loop)."""
+        return self._starting.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(MAX_STARTING))
+
+    async def _create_or_discard(self, launch: RolloutLaunch, make: Callable[[], Any]) -> Any:
+        """`make()` (a container create) in the pool. A pool thread cannot be stopped: when this task is cancelled while
         docker creates the container, whichever side comes second (this task or the thread) removes it.
         Tried again while dockerd does not answer: an earlier try docker may have made is removed first."""
         handover = threading.Lock()
@@ -342,7 +352,7 @@ class DockerBackend:
             tries += 1
             if tries > 1:
                 self._remove_rollout(launch.rollout_id)
-            container = self._create(launch, spec, output_dir, logs_dir)
+            container = make()
             with handover:
                 keep = not abandoned
                 if keep:
@@ -362,15 +372,20 @@ class DockerBackend:
 
     async def _guard(self, output_dir: Path, logs_dir: Path, limits: SandboxLimits) -> str:
         """Returns (ending the wait) when the sandbox's files on the host pass their ceilings."""
-        ceiling = _output_ceiling(limits)
+        ceiling = output_ceiling(limits)
         while True:
             await asyncio.sleep(GUARD_INTERVAL_S)
-            size = await self._call(_tree_size, output_dir)
+            size = await self._call(tree_size, output_dir)
             if size > ceiling:
-                return _output_note(size, ceiling)
-            logged = await self._call(_tree_size, logs_dir)
+                return output_note(size, ceiling)
+            logged = await self._call(tree_size, logs_dir)
             if logged > LOG_CEILING_BYTES:
                 return f"[veri] stdout + stderr passed {LOG_CEILING_BYTES >> 20} MiB: the sandbox was killed"
+
+    def _labels(self, launch: RolloutLaunch) -> dict[str, str]:
+        labels = {f"veri.{key}": str(value) for key, value in launch.labels.items()}
+        labels.update({LABEL_SANDBOX: "1", LABEL_LAUNCHER: self.launcher_id, LABEL_ROLLOUT: launch.rollout_id})
+        return labels
 
     def _create(self, launch: RolloutLaunch, spec: ImageSpec, output_dir: Path, logs_dir: Path) -> Any:
         limits = launch.limits
@@ -379,8 +394,7 @@ class DockerBackend:
         tmpfs = {"/tmp": f"{size},mode=1777", "/work": f"{size},{owned},mode=0755"}
         if spec.home not in tmpfs:
             tmpfs[spec.home] = f"{size},{owned},mode=0700"
-        labels = {f"veri.{key}": str(value) for key, value in launch.labels.items()}
-        labels.update({LABEL_SANDBOX: "1", LABEL_LAUNCHER: self.launcher_id, LABEL_ROLLOUT: launch.rollout_id})
+        labels = self._labels(launch)
         network, egress_env = self.egress.sandbox(spec.egress, launch.env)
         env = {**launch.env, **egress_env, envs.VERI_OUTPUT_DIR: OUTPUT_MOUNT}
         pinned = self.hosts.for_sandbox(network, env)
@@ -418,9 +432,9 @@ class DockerBackend:
 
     async def _docker(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """`_call` for a docker call: while dockerd does not answer, tried again with backoff for up to
-        `dockerd_grace_s`, then DockerdAway."""
-        answer: Any = await AsyncRetrying(**self._while_dockerd_away())(self._call, fn, *args, **kwargs)
-        self._answered()
+        `dockerd_grace_s` (dockerd_watch.py), then DockerdAway."""
+        answer: Any = await AsyncRetrying(**self.dockerd.policy())(self._call, fn, *args, **kwargs)
+        self.dockerd.answered()
         return answer
 
     def _wait_exit(self, container: Any, timeout: float) -> dict[str, Any]:
@@ -432,44 +446,9 @@ class DockerBackend:
             answer: dict[str, Any] = container.wait(timeout=max(1.0, deadline - time.monotonic()))
             return answer
 
-        answer = Retrying(**self._while_dockerd_away())(wait)
-        self._answered()
+        answer = Retrying(**self.dockerd.policy())(wait)
+        self.dockerd.answered()
         return answer
-
-    def _while_dockerd_away(self) -> dict[str, Any]:
-        """tenacity's policy for one docker call: tried again on NO_ANSWER only, RETRY_FIRST_S after the
-        first miss, doubling up to RETRY_MAX_S; `_missed` raises DockerdAway once dockerd_grace_s have passed
-        since the first miss. Any other error is the call's own, raised as it is."""
-        first_miss: float | None = None
-
-        def missed(state: RetryCallState) -> None:
-            nonlocal first_miss
-            assert state.outcome is not None
-            exc = state.outcome.exception()
-            assert isinstance(exc, Exception)
-            first_miss = self._missed(first_miss, exc)
-
-        return {"retry": retry_if_exception_type(NO_ANSWER), "stop": stop_never, "reraise": True,
-                "wait": wait_exponential(multiplier=RETRY_FIRST_S, max=RETRY_MAX_S), "before_sleep": missed}
-
-    def _missed(self, first_miss: float | None, exc: Exception) -> float:
-        """One call found dockerd not answering: when it first did (DockerdAway past the grace)."""
-        now = time.monotonic()
-        first_miss = now if first_miss is None else first_miss
-        if self._away_since is None:
-            self._away_since = now
-            log.warning("dockerd.not_answering", retry_for_s=self.dockerd_grace_s,
-                        error=f"{type(exc).__name__}: {str(exc)[:200]}")
-        if now - first_miss >= self.dockerd_grace_s:
-            raise DockerdAway(
-                f"dockerd did not answer for {self.dockerd_grace_s:g} s (stopped or restarting): the rollout "
-                "ended as an infrastructure failure, not scored; `make docker` starts dockerd") from exc
-        return first_miss
-
-    def _answered(self) -> None:
-        away_since, self._away_since = self._away_since, None
-        if away_since is not None:
-            log.info("dockerd.answering_again", away_s=round(time.monotonic() - away_since, 1))
 
     def _image_spec(self, image: str) -> ImageSpec:
         cached = self._images.get(image)
@@ -543,90 +522,5 @@ class DockerBackend:
                 if m.get("Source") and m.get("Destination")}
 
 
-# --- host-side files (blocking) ----------------------------------------------------------------
-
-def _prepare_dirs(output_dir: Path, logs_dir: Path) -> None:
-    """A fresh output folder owned by the sandbox user; a logs folder of the launcher's whose three
-    files (stdout, stderr, the exit status) the sandbox may write but not replace."""
-    prepare_output(output_dir)
-    if logs_dir.exists() or logs_dir.is_symlink():
-        shutil.rmtree(logs_dir) if logs_dir.is_dir() and not logs_dir.is_symlink() else logs_dir.unlink()
-    logs_dir.mkdir()
-    logs_dir.chmod(0o755)
-    for name in ("stdout", "stderr", "exit"):
-        path = logs_dir / name
-        path.touch()
-        path.chmod(0o666)
-
-
-def _recorded_exit(logs_dir: Path) -> int | None:
-    """The harness's exit status as its wrapper wrote it; None when the wrapper did not get to it (the
-    sandbox killed) or something else wrote the file."""
-    try:
-        text = (logs_dir / "exit").read_text(errors="replace").strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() and int(text) < 256 else None
-
-
-def _ignore_outcome(future: asyncio.Future) -> None:
-    if not future.cancelled():
-        future.exception()  # retrieved: no "exception was never retrieved" noise
-
-
 def _missing_image(image: str) -> str:
     return f"image {image!r} is not on this machine: build it with `veri harness build BUNDLE`"
-
-
-def _logs_dir(output_dir: Path) -> Path:
-    return output_dir.parent / f".{output_dir.name}.logs"
-
-
-def _read_tails(logs_dir: Path, limit: int) -> tuple[str, str]:
-    return _file_tail(logs_dir / "stdout", limit), _file_tail(logs_dir / "stderr", limit)
-
-
-def _file_tail(path: Path, limit: int) -> str:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return ""
-    with os.fdopen(fd, "rb") as f:
-        size = os.fstat(fd).st_size
-        f.seek(max(0, size - limit))
-        chunk = f.read(limit)
-    tail = Tail(limit)
-    tail.total = size - len(chunk)
-    tail.feed(chunk)
-    return tail.text()
-
-
-def _tree_size(folder: Path) -> int:
-    """Bytes under `folder` (symlinks not followed); a folder of more than MAX_OUTPUT_ENTRIES entries
-    counts as unbounded."""
-    total, entries, stack = 0, 0, [folder]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as it:
-                for entry in it:
-                    entries += 1
-                    if entries > MAX_OUTPUT_ENTRIES:
-                        return 1 << 62
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(Path(entry.path))
-                    else:
-                        total += entry.stat(follow_symlinks=False).st_size
-        except FileNotFoundError:
-            continue
-    return total
-
-
-def _output_ceiling(limits: SandboxLimits) -> int:
-    return limits.output_max_bytes + limits.tmpfs_mb * (1 << 20)
-
-
-def _output_note(size: int, ceiling: int) -> str:
-    if size >= 1 << 62:
-        return f"[veri] VERI_OUTPUT_DIR holds more than {MAX_OUTPUT_ENTRIES} files: the sandbox was killed"
-    return (f"[veri] VERI_OUTPUT_DIR grew to {size >> 20} MiB, past {ceiling >> 20} MiB "
-            "(output_max_bytes + tmpfs_mb): the sandbox was killed")

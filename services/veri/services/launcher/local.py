@@ -18,6 +18,7 @@ from veri.core import egress, envs
 from veri.core.episodes import RolloutStatus
 from veri.core.harness import load_manifest
 from veri.core.launch import LaunchResult, RolloutLaunch
+from veri.services.launcher.errors import task_env_refused
 from veri.services.launcher.outputs import enforce_output_cap
 from veri.services.launcher.tails import Tail, drain
 
@@ -32,6 +33,9 @@ class LocalBackend:
         self._warned: set[str] = set()
 
     async def run(self, launch: RolloutLaunch, output_dir: Path) -> LaunchResult:
+        if launch.task_env is not None:
+            return LaunchResult(rollout_id=launch.rollout_id, status=RolloutStatus.FAILED, started_at=time.time(),
+                                infrastructure_error=task_env_refused(self.name), duration_s=0.0)
         bundle = Path(launch.image)
         manifest = load_manifest(bundle)
         if manifest.egress != egress.EGRESS_OPEN and manifest.name not in self._warned:

@@ -30,6 +30,7 @@ from veri.services.policy.vllm.admin_client import VllmAdmin
 from veri.services.proxy.control_client import ControlClient
 from veri.services.trainer.errors import JobError
 from veri.services.trainer.gpu_stack import gpu_stack_problems
+from veri.services.trainer.grpo import trl_internals
 from veri.services.trainer.grpo.config import masks_truncated
 from veri.services.trainer.grpo.rewards import trl_reward_funcs
 from veri.services.trainer.grpo.rollout_func import HarnessRollouts
@@ -133,8 +134,9 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
         sleeper = None
         if plan is not None:
             sleeper = _attach_vllm_sync(trainer, plan, options, folders, archive, progress)
-            trainer.vllm_generation = AnnouncedSync(trainer.vllm_generation, trainer, served=served,
-                                                    announce=lambda step: announce_version(control, step))
+            trl_internals.set_weight_sync(trainer, AnnouncedSync(
+                trl_internals.weight_sync(trainer), trainer, served=served,
+                announce=lambda step: announce_version(control, step)))
         if sleeper is not None and plan is not None and plan.sleep_mode:
             rollouts.after_rollouts = sleeper.sleep
         if config.max_staleness:
@@ -162,7 +164,8 @@ def _go_async(trainer: Any, rollouts: HarnessRollouts, plan: GpuLayout | None, o
     if filesystem is not None:
         filesystem.paused = True
     servers = [VllmAdmin(url, timeout_s=options.weight_sync_timeout_s) for url in options.policy_urls]
-    trainer.vllm_generation = PausedSync(trainer.vllm_generation, servers, trainer, timing=progress.timing)
+    trl_internals.set_weight_sync(trainer, PausedSync(trl_internals.weight_sync(trainer), servers, trainer,
+                                                      timing=progress.timing))
 
 
 def _served_weights(config: JobConfig, options: TrainOptions, control: ControlClient,
@@ -190,9 +193,9 @@ def _attach_vllm_sync(trainer: Any, plan: GpuLayout, options: TrainOptions, fold
     servers = [VllmAdmin(url, timeout_s=options.weight_sync_timeout_s) for url in options.policy_urls]
     release_held(servers, archive.log)  # a trainer that died mid-update may have left them paused
     if plan.weight_sync == WeightSync.NCCL:
-        trainer.vllm_generation = TimedSync(trainer.vllm_generation, progress.timing,
-                                            timeout_s=options.weight_sync_timeout_s,
-                                            policy=", ".join(options.policy_urls))
+        trl_internals.set_weight_sync(trainer, TimedSync(trl_internals.weight_sync(trainer), progress.timing,
+                                                         timeout_s=options.weight_sync_timeout_s,
+                                                         policy=", ".join(options.policy_urls)))
         return None
     sync = FilesystemSync(trainer, servers, folders.weights, report=archive.log, timing=progress.timing,
                           sleep_mode=plan.sleep_mode, figure=progress.figure)

@@ -22,6 +22,7 @@ from veri.loop.collect.collect import GroupCollector, LaunchSettings
 from veri.loop.collect.stack import rollout_runner
 from veri.loop.rewards import RewardScorer
 from veri.services.proxy.control_client import ControlClient
+from veri.services.trainer.grpo import trl_internals
 from veri.services.trainer.ui.progress import StepProgress
 
 if TYPE_CHECKING:
@@ -35,9 +36,7 @@ def sync_now(trainer: Any) -> None:
     vLLM TRL syncs at the start of a step, through the seat that also announces the version to the proxy
     (`weights.vllm_sync.AnnouncedSync`: the eval's spans carry the version evaluated); the hf backend has
     pushed them already (its callback)."""
-    if trainer.state.global_step != trainer._last_loaded_step:
-        trainer.vllm_generation.sync_weights()
-        trainer._last_loaded_step = trainer.state.global_step
+    trl_internals.sync_weights_now(trainer)
 
 
 def eval_name(job: str, version: int) -> str:

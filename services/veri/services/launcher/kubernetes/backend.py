@@ -41,7 +41,7 @@ from urllib3.exceptions import HTTPError
 from veri.core.episodes import RolloutStatus
 from veri.core.launch import LaunchResult, RolloutLaunch
 from veri.core.registry import RegistryError, check_registry
-from veri.services.launcher.errors import ImageProblem, SandboxUnavailable
+from veri.services.launcher.errors import ImageProblem, SandboxUnavailable, task_env_refused
 from veri.services.launcher.kubernetes import objects
 from veri.services.launcher.kubernetes.image_egress import ImageEgress
 from veri.services.launcher.kubernetes.objects import Egress, OutputVolume, PodSettings
@@ -128,6 +128,9 @@ class KubernetesBackend:
 
     async def run(self, launch: RolloutLaunch, output_dir: Path) -> LaunchResult:
         started = time.time()
+        if launch.task_env is not None:
+            return LaunchResult(rollout_id=launch.rollout_id, status=RolloutStatus.FAILED, started_at=started,
+                                infrastructure_error=task_env_refused(self.name), duration_s=0.0)
         slots, pacer = self._loop_gates()
         async with slots:
             await pacer.wait()

@@ -19,6 +19,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from veri.services.trainer.grpo import trl_internals
+from veri.services.trainer.grpo.trl_internals import disable_gradient_checkpointing, pad, use_adapter
+
 BRANCH_ROWS_FIELD = "veri_branch_rows"
 
 PADDED = {  # output key -> (side, padding value) for the per-row tensors TRL's loss reads
@@ -50,7 +53,7 @@ def add_branch_rows(
         raise ValueError(f"rollouts with branch rows cannot be trained with {unknown} in TRL's batch (multimodal"
                          " inputs); train a text-only model, or a harness that keeps one conversation")
     device = output["prompt_ids"].device
-    pad_id = trainer._tokenizer.pad_token_id
+    pad_id = trl_internals.pad_token_id(trainer)
     filler = {"prompt_ids": [pad_id], "completion_ids": [pad_id], "logprobs": [0.0], "env_mask": [0]}
     extra = [row for _, row in rows] + [filler] * empty
     built = _tensors(trainer, extra, device, output)
@@ -74,10 +77,8 @@ def add_branch_rows(
 def _tensors(trainer: Any, rows: list[dict[str, list[Any]]], device: Any, output: dict[str, Any]) -> dict[str, Any]:
     """The per-row tensors TRL's `_generate_and_score_completions` builds, for `rows`."""
     import torch
-    from trl.models.utils import disable_gradient_checkpointing
-    from trl.trainer.utils import pad, use_adapter
 
-    pad_id = trainer._tokenizer.pad_token_id
+    pad_id = trl_internals.pad_token_id(trainer)
 
     def padded(key: str, value: Any, side: str, dtype: Any = None) -> Any:
         tensors = [torch.tensor(row[key], dtype=dtype) for row in rows]
@@ -103,8 +104,7 @@ def _tensors(trainer: Any, rows: list[dict[str, list[Any]]], device: Any, output
     batch_size = trainer.args.per_device_train_batch_size
 
     def logps(model: Any) -> Any:
-        found, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, attention, keep, batch_size=batch_size)
-        return found
+        return trl_internals.score_rows(trainer, model, ids, attention, keep, batch_size)
 
     with torch.no_grad(), disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs):
         if "old_per_token_logps" in output:
@@ -127,11 +127,10 @@ def _importance_ratio(trainer: Any, old: Any, sampling: Any, mask: Any) -> Any:
     import torch
 
     diff = torch.nan_to_num((old - sampling) * mask, nan=0.0)
-    mode = trainer.vllm_importance_sampling_mode
+    mode, low, high = trl_internals.importance_sampling(trainer)
     if mode in ("sequence_mask", "sequence_truncate"):
         diff = diff.sum(dim=-1, keepdim=True)
     ratio = torch.exp(diff)
-    low, high = trainer.vllm_importance_sampling_clip_min, trainer.vllm_importance_sampling_clip_max
     if mode in ("sequence_truncate", "token_truncate"):
         return torch.clamp(ratio, min=low, max=high)
     low = -math.inf if low is None else low

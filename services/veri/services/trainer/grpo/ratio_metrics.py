@@ -16,13 +16,16 @@ over the merged batch and puts them in place of TRL's; veri adds
                                                         (token_truncate): too many says
                                                         importance_sampling_cap or max_staleness is tight
 
-TRL-private: `trainer._metrics[mode]` (a list per name, one value appended per generation batch) and
-the `vllm_importance_sampling_*` attributes.
+TRL-private (through `grpo.trl_internals`): the trainer's logged figures (a list per name, one value
+appended per generation batch) and its importance-sampling settings.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from veri.services.trainer.grpo import trl_internals
+from veri.services.trainer.grpo.trl_internals import nanmax, nanmin
 
 DIFFERENCE = "sampling/sampling_logp_difference"
 RATIO = "sampling/importance_sampling_ratio"
@@ -36,7 +39,7 @@ def remeasure(trainer: Any, output: dict[str, Any], mode: str) -> None:
     if ratio is None or "old_per_token_logps" not in output or "sampling_per_token_logps" not in output:
         return
     figures = _figures(trainer, output, ratio)
-    metrics = trainer._metrics[mode]
+    metrics = trl_internals.metrics(trainer, mode)
     for name, value in figures.items():
         if name == TRUNCATED_METRIC:
             metrics[name].append(value)
@@ -46,7 +49,6 @@ def remeasure(trainer: Any, output: dict[str, Any], mode: str) -> None:
 
 def _figures(trainer: Any, output: dict[str, Any], ratio: Any) -> dict[str, float]:
     import torch
-    from trl.trainer.utils import nanmax, nanmin
 
     gather = trainer.accelerator.gather
     mask = output["completion_mask"]
@@ -57,7 +59,8 @@ def _figures(trainer: Any, output: dict[str, Any], ratio: Any) -> dict[str, floa
 
     delta = torch.abs(output["old_per_token_logps"] - output["sampling_per_token_logps"])
     delta = delta[trained & ~torch.isnan(delta)]  # a token the sampler could not score carries NaN
-    sequence_level = trainer.vllm_importance_sampling_mode in ("sequence_mask", "sequence_truncate")
+    mode, _, cap = trl_internals.importance_sampling(trainer)
+    sequence_level = mode in ("sequence_mask", "sequence_truncate")
     flat = ratio.flatten() if sequence_level else ratio[trained]
 
     def of(values: Any, reduce: Any) -> Any:
@@ -70,7 +73,6 @@ def _figures(trainer: Any, output: dict[str, Any], ratio: Any) -> dict[str, floa
         f"{RATIO}/mean": gather(of(flat, torch.mean)).nanmean().item(),
         f"{RATIO}/max": nanmax(gather(of(flat, torch.max))).item(),
     }
-    cap = trainer.vllm_importance_sampling_clip_max
-    if cap is not None and trainer.vllm_importance_sampling_mode == "token_truncate":
+    if cap is not None and mode == "token_truncate":
         figures[TRUNCATED_METRIC] = float(((ratio >= cap) * mask).sum() / mask.sum().clamp(min=1))
     return figures

@@ -24,6 +24,7 @@ from typing import Any
 
 from veri.core.config import Backend, JobConfig
 from veri.gpu.planner import GpuLayout, PolicyDevice, WeightSync
+from veri.services.trainer.grpo import trl_internals
 from veri.services.trainer.grpo.config import job_grpo_kwargs, lora_config_kwargs
 from veri.services.trainer.grpo.trainer import veri_trainer_class
 from veri.services.trainer.weights.vllm_sync import SyncSeat
@@ -57,11 +58,8 @@ def grpo_config_kwargs(
 
 def seat_weight_sync(trainer: Any, sync: SyncSeat) -> None:
     """Turn TRL's server-mode steps on for a trainer built without TRL's vLLM client, with `sync` as its
-    client: TRL 1.16 gates them on `use_vllm` and calls `vllm_generation.sync_weights()` when
-    `global_step` moved past `_last_loaded_step` (GRPOTrainer._generate_and_score_completions)."""
-    trainer.use_vllm = True
-    trainer.vllm_generation = sync
-    trainer._last_loaded_step = -1
+    client (`grpo.trl_internals.seat_weight_sync`)."""
+    trl_internals.seat_weight_sync(trainer, sync)
 
 
 def free_port() -> int:

@@ -1,6 +1,6 @@
 """`GRPOTrainer` with veri's three additions: a rollout's branch rows, the off-policy figures measured over
 every row (branch rows included) with the share of tokens whose correction was truncated, and rows
-scored without the batch's padding.
+scored without the batch's padding. The TRL methods it hooks are `grpo.trl_internals`'.
 
 A rollout whose history is a tree has several rows; TRL's batch gets the one ending at the final answer,
 and `grpo.branch_rows` appends the others with their rollout's advantage once TRL has built it. Those rows
@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from veri.services.trainer.grpo import trl_internals
 from veri.services.trainer.grpo.branch_rows import add_branch_rows, branch_rows
 from veri.services.trainer.grpo.ratio_metrics import TRUNCATED_METRIC, remeasure
 from veri.services.trainer.grpo.unpad import score_unpadded
@@ -29,26 +30,14 @@ BRANCH_METRIC = "rows/branch_rows"  # rows trained besides the one per rollout i
 
 @functools.cache
 def veri_trainer_class() -> type:
-    from trl import GRPOTrainer
+    return trl_internals.subclass(score_chunks=score_unpadded, after_generation=_after_generation)
 
-    class VeriGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
-        def _get_per_token_logps_and_entropies(self, model: Any, input_ids: Any, attention_mask: Any,
-                                               logits_to_keep: int, batch_size: int | None = None,
-                                               compute_entropy: bool = False, compute_aux_loss: bool = False,
-                                               **multimodal: Any) -> tuple[Any, Any, Any]:
-            score = functools.partial(super()._get_per_token_logps_and_entropies, model,
-                                      compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss)
-            if any(value is not None for value in multimodal.values()):  # image inputs: TRL's own chunking
-                return score(input_ids, attention_mask, logits_to_keep, batch_size, **multimodal)
-            return score_unpadded(score, input_ids, attention_mask, logits_to_keep, batch_size)
 
-        def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
-            output: dict[str, Any] = super()._generate_and_score_completions(inputs)
-            branches = branch_rows(inputs)
-            output = add_branch_rows(self, output, branches)
-            mode = "train" if self.model.training else "eval"
-            self._metrics[mode][BRANCH_METRIC].append(float(len(branches)))
-            remeasure(self, output, mode)  # TRL measured its own rows only, before the branch rows
-            return output
-
-    return VeriGRPOTrainer
+def _after_generation(trainer: Any, inputs: list[dict[str, Any]], output: dict[str, Any]) -> dict[str, Any]:
+    """TRL's generation batch with the branch rows appended and the off-policy figures over every row."""
+    branches = branch_rows(inputs)
+    output = add_branch_rows(trainer, output, branches)
+    mode = "train" if trainer.model.training else "eval"
+    trl_internals.metrics(trainer, mode)[BRANCH_METRIC].append(float(len(branches)))
+    remeasure(trainer, output, mode)  # TRL measured its own rows only, before the branch rows
+    return output

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+cp /app/ocean.txt /app/silver.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+cp /app/piano.txt /app/garden.txt

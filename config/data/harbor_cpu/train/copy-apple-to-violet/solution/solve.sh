@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+cp /app/apple.txt /app/violet.txt

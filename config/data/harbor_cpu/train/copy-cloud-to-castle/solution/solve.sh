@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+cp /app/cloud.txt /app/castle.txt

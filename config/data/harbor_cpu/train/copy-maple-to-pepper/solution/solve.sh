@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+cp /app/maple.txt /app/pepper.txt

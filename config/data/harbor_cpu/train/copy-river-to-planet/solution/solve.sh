@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+cp /app/river.txt /app/planet.txt

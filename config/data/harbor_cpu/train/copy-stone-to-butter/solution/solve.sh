@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+cp /app/stone.txt /app/butter.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+cp /app/tiger.txt /app/window.txt
