@@ -94,5 +94,5 @@ bench-proxy: venv tiny-model ## the capture proxy's overhead against Agent Light
 bench-train: venv tiny-model ## where a veri train step's time goes, on CPU (docs/benchmarks.md)
 	$(BIN)/python bench/train_step.py --model $(TINY_MODEL)
 
-bench-async: venv tiny-model ## asynchronous training against the synchronous loop (docs/benchmarks.md)
-	$(BIN)/python bench/async_step.py --model $(TINY_MODEL)
+bench-async: venv tiny-model ## [ARGS="--steps 3 --rounds 1"] | asynchronous training against the synchronous loop (docs/benchmarks.md)
+	$(BIN)/python bench/async_step.py --model $(TINY_MODEL) $(ARGS)

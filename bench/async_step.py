@@ -1,4 +1,4 @@
-"""Asynchronous training against the synchronous loop: the same job at max_staleness 0, 1 and 2, on CPU.
+"""Asynchronous training against the synchronous loop: the same job at max_staleness 0 and 1, on CPU.
 
 Tiny model, local sandboxes, a real hf policy server + capture proxy, TRL GRPO steps (as
 bench/train_step.py). The policy's first reply is scripted (a tool call), its answer is sampled, and
@@ -6,31 +6,39 @@ the reward is config/rewards/tiny_proof.py's (the answer's variety: it differs i
 steps move the weights and the rewards of the runs can be compared). The harness is the 2-turn tool
 loop whose tool takes a heavy-tailed time:
 lognormal with median `--tool-median-s` and sigma 0.99 (p99 ~ 10x p50), seeded per rollout, so a
-step's slowest rollout sets the synchronous pace. The runs are interleaved (0, 1, 2, 0, 1, 2, ...).
+step's slowest rollout sets the synchronous pace.
 
-Per run: the mean step time (the steps after the first), the staleness max, the mean reward, and the
-policy's busy fraction (its forward-pass seconds, from the server's /stats, over the steps' seconds).
-Last line:
+An instrument, not an anecdote: `--rounds` rounds (3) of `--steps` steps (20) per arm, the arms
+interleaved within each round (0, 1, 0, 1, ...), so the box's other load falls on both. Per run: the
+mean step time (the steps after the first), the staleness max, the mean reward, the policy's busy
+fraction (its forward-pass seconds, from the server's /stats, over the steps' seconds) and the rollouts
+dropped as stale. Per round: its async/sync ratio; then their median and min-max, the dropped
+fraction per arm, the targets (bench/async_figures.py) met or missed with the reward difference per
+round, and the load average before and after. Last line (the median ratio; the other figures pooled
+over the rounds):
 
-    async/sync step time: R (max_staleness 1; staleness max S; reward sync A async B; policy busy P0 -> P1)
+    async/sync step time: R (max_staleness 1; staleness max S; reward sync A async B; policy busy P0 -> P1;
+    dropped D%)
 
-    python bench/async_step.py [--model build/models/tiny] [--steps 6] [--rounds 1]
+    python bench/async_step.py [--model build/models/tiny] [--steps 20] [--rounds 3] [--arms 0 1 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.async_figures import comparison_line, job_figures
+from bench.async_figures import comparison_line, dropped_fraction, job_figures, pool, round_ratios, spread, verdict
 from testkit.servers import start_server
 from testkit.trainer_jobs import MAX_TOKENS, SCRIPT, write_job
 from veri.archive import read_metrics
@@ -68,12 +76,16 @@ pathlib.Path(os.environ["VERI_OUTPUT_DIR"], "answer.txt").write_text(answer or "
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=Path("build/models/tiny"))
-    parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--tool-median-s", type=float, default=1.0)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--arms", type=int, nargs="+", default=[0, 1], help="max_staleness values (0 and 1 at least)")
+    parser.add_argument("--tool-median-s", type=float, default=0.4)
     args = parser.parse_args()
+    if not {0, 1} <= set(args.arms) or args.steps < 2:
+        parser.error("--arms needs 0 and 1 (the comparison), --steps at least 2 (the first step is not measured)")
     model = args.model.resolve()
-    runs: dict[int, list[dict[str, float]]] = {0: [], 1: [], 2: []}
+    runs: dict[int, list[dict[str, float]]] = {k: [] for k in sorted(set(args.arms))}
+    began, load_before = time.monotonic(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         script = root / "script.json"
@@ -88,13 +100,28 @@ def main() -> None:
                     figures = run(root / f"r{round_}-k{staleness}", model, policy.url, proxy.url, staleness,
                                   args.steps, args.tool_median_s)
                     runs[staleness].append(figures)
-                    print(f"max_staleness {staleness}: step {figures['step_s']:.2f} s, staleness max"
-                          f" {figures['staleness_max']:.0f}, reward {figures['reward']:.3f}, policy busy"
-                          f" {figures['policy_busy']:.0%}, dropped {figures['dropped']:.0f} rollouts", flush=True)
-    mean = {k: {key: statistics.mean(f[key] for f in figures) for key in figures[0]} for k, figures in runs.items()}
-    for k in (1, 2):
-        print(f"max_staleness {k}: step time {mean[k]['step_s'] / mean[0]['step_s']:.2f} of the synchronous")
-    print(comparison_line(mean[0], mean[1]))
+                    print(f"round {round_ + 1}, max_staleness {staleness}: step {figures['step_s']:.2f} s, staleness"
+                          f" max {figures['staleness_max']:.0f}, reward {figures['reward']:.3f}, policy busy"
+                          f" {figures['policy_busy']:.0%}, dropped {figures['dropped']:.0f} of"
+                          f" {figures['rollouts']:.0f} rollouts", flush=True)
+                ratios = {k: runs[k][-1]["step_s"] / runs[0][-1]["step_s"] for k in runs if k}
+                print(f"round {round_ + 1}: async/sync step time "
+                      + ", ".join(f"{ratio:.2f} (max_staleness {k})" for k, ratio in ratios.items()), flush=True)
+    # the box's other load (shared cores) moves single rounds: say how busy it was
+    print(f"{args.rounds} round(s) of {args.steps} steps per arm in {(time.monotonic() - began) / 60:.1f} min;"
+          f" load average {load_before:.1f} before it began (the box's other work),"
+          f" {os.getloadavg()[0]:.1f} at the end (its own included)")
+    for k in runs:
+        if k:
+            print(f"max_staleness {k}: " + spread(round_ratios(runs[k], runs[0])))
+    pooled = {k: pool(figures) for k, figures in runs.items()}
+    print("dropped as stale: " + ", ".join(f"max_staleness {k} {dropped_fraction(pooled[k]):.1%}"
+                                           f" ({pooled[k]['dropped']:.0f} of {pooled[k]['rollouts']:.0f})"
+                                           for k in runs))
+    ratios_1 = round_ratios(runs[1], runs[0])
+    print(verdict(ratios_1, dropped_fraction(pooled[1])) + "; reward async - sync per round "
+          + ", ".join(f"{one['reward'] - zero['reward']:+.3f}" for one, zero in zip(runs[1], runs[0], strict=True)))
+    print(comparison_line(pooled[0], pooled[1], ratio=statistics.median(ratios_1)))
 
 
 def run(folder: Path, model: Path, policy_url: str, proxy_url: str, staleness: int, steps: int,

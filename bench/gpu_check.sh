@@ -9,7 +9,7 @@
 # proxy/direct) to paste into an issue: docs/gpu.md ("When a GPU run fails") says what else to send.
 # Then asynchronous training against the synchronous loop (2+ GPUs, or the CPU twin): the same job,
 # a harness with a heavy-tailed tool (bench/bundles/slow_tool), 6 steps at max_staleness 0 and 1, and
-# the line bench/async_step.py ends with (async/sync step time, staleness, reward, policy busy).
+# the line bench/async_step.py ends with (async/sync step time, staleness, reward, policy busy, dropped).
 #   bench/gpu_check.sh            on the GPUs
 #   DEVICE=cpu bench/gpu_check.sh the same checks on the CPU twin (veri/vllm-cpu): how this script is tested
 #   PLAN_ONLY=1 bench/gpu_check.sh  only the jobs and their plans (veri stack-env): no image, no make train

@@ -42,7 +42,10 @@ hold = task.get("hold")  # a straggler: the first rollout to get here waits for 
 if hold and index == 0 and not pathlib.Path(hold["marker"]).exists():
     pathlib.Path(hold["marker"]).write_text("held")
     import time, urllib.request
+    give_up = time.monotonic() + hold.get("seconds", 1e9)  # or until then: a straggler, not a deadlock
     while json.load(urllib.request.urlopen(hold["policy_url"] + "/policy_version"))["policy_version"] < hold["until"]:
+        if time.monotonic() > give_up:
+            break
         time.sleep(0.2)
 restart = task.get("restart")  # the test restarts the policy server while rollout 0 waits, on its n-th run
 if restart and index == 0:

@@ -64,7 +64,7 @@ def test_the_summary_table_has_the_box_and_one_row_per_backend(tmp_path: Path):
            "split": {"rollout": 3.5, "reward": 0.1, "train": 2.25, "weight_sync": 0.5}, "sync_s": 0.5,
            "sync_gb_s": 1.25, "is_ratio": 1.0002, "moved": 0.2, "sleep_freed_gib": None, "proxy_direct": 0.97}
     compared = {"async": "async/sync step time: 0.55 (max_staleness 1; staleness max 1; reward sync 0.400 async"
-                         " 0.410; policy busy 40% -> 75%)"}
+                         " 0.410; policy busy 40% -> 75%; dropped 0%)"}
     rows.write_text("".join(json.dumps(r) + "\n" for r in
                             (row, {**row, "sync": "filesystem", "sync_gb_s": None}, compared)))
     doctor = tmp_path / "doctor.txt"
@@ -94,14 +94,14 @@ def test_the_async_comparison_reads_both_jobs_metrics(tmp_path: Path):
 
     sync = job("sync", [{"step": s, "time/step_s": t, "reward/mean": 0.5, "utilisation/policy_0": 0.4,
                          "utilisation/policy_1": 0.2} for s, t in enumerate((30.0, 10.0, 12.0))])
-    one = job("async", [{"step": s, "time/step_s": t, "reward/mean": r, "staleness/max": m, "rollouts/stale_dropped": 0,
-                         "utilisation/policy_0": 0.8, "utilisation/policy_1": 0.6}
-                        for s, (t, r, m) in enumerate(((30.0, 0.4, 0), (6.0, 0.6, 1), (5.0, 0.5, 1)))])
+    one = job("async", [{"step": s, "time/step_s": t, "reward/mean": r, "staleness/max": m, "rollouts": 8,
+                         "rollouts/stale_dropped": d, "utilisation/policy_0": 0.8, "utilisation/policy_1": 0.6}
+                        for s, (t, r, m, d) in enumerate(((30.0, 0.4, 0, 0), (6.0, 0.6, 1, 2), (5.0, 0.5, 1, 0)))])
     summary = tmp_path / "summary.jsonl"
     done = subprocess.run([sys.executable, "bench/gpu_check_report.py", "--async", str(sync), str(one),
                            "--summary", str(summary)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     line = ("async/sync step time: 0.50 (max_staleness 1; staleness max 1; reward sync 0.500 async 0.500;"
-            " policy busy 30% -> 70%)")
+            " policy busy 30% -> 70%; dropped 8%)")  # 2 of the 26 rollouts its steps took
     assert done.stdout.strip() == line
     assert json.loads(summary.read_text())["async"] == line

@@ -81,3 +81,16 @@ def test_bars_replace_transformers_tqdm_bar():
     bars = TrainingBars(Console(file=io.StringIO()))
     use_bars(trainer, bars)
     assert handler.callbacks == [bars]
+
+
+def test_an_async_step_line_names_the_work_its_stale_rollouts_cost():
+    archive = FakeArchive()
+    progress = StepProgress(archive)
+    waste = {"staleness/max": 1, "rollouts/stale_dropped": 2, "tokens/stale_dropped": 40,
+             "tokens/stale_dropped_fraction": 0.2, "sandbox_s/stale_dropped": 6.2}
+    progress.begin(3, [scored(0, 0, 1.0)], {"rollout": 1.0}, waste)
+    StepMetricsCallback(progress).on_step_end(None, None, SimpleNamespace(should_log=False))
+    [(_, metrics)] = archive.metrics
+    assert {key: metrics[key] for key in waste} == waste  # in the archive's metrics line, as the console reads them
+    assert archive.lines == ["step 3: 1/1 rollouts trainable, reward mean 1, staleness max 1,"
+                             " 2 stale rollouts dropped (40 sampled tokens, 6 sandbox-s)"]

@@ -47,6 +47,10 @@ from veri.services.trainer.weights.served import ServedWeights, ServerProbe
 from veri.services.trainer.weights.sync import HfWeightSync, PolicyVersions, PushedAfterEachStep, announce_version
 from veri.services.trainer.weights.vllm_sync import AnnouncedSync, FilesystemSync, PausedSync, TimedSync, release_held
 
+# max_staleness >= 1: a step waits for the groups due at it, but not for one running past twice the harness
+# timeout (the launcher should have killed it by then): that one is dropped if stale when it ends.
+STRAGGLER_HOLD_TIMEOUTS = 2
+
 
 def run_job(config: JobConfig, options: TrainOptions) -> Path:
     """Train; returns the final model folder. The job's metrics are served meanwhile when asked."""
@@ -113,6 +117,7 @@ def _train(config: JobConfig, options: TrainOptions, settings: LaunchSettings, a
             masked=MaskedRow(pad_id=tokenizer.pad_token_id, eos_id=tokenizer.eos_token_id),
             max_parallel_rollouts=config.max_parallel_rollouts, served=served,
             max_staleness=config.max_staleness, max_steps=config.max_steps, mask_truncated=masks_truncated(config),
+            hold_step_s=STRAGGLER_HOLD_TIMEOUTS * config.harness_timeout_s,
         )
         args = grpo_config_kwargs(config, output_dir=folders.checkpoints, reward_weights=reward_weights, plan=plan,
                                   policy_url=options.policy_urls[0])

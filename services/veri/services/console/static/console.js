@@ -161,6 +161,11 @@ function drawPlots(metrics, running) {
     linePlot(box, xs, [{name: "staleness max", values: col("staleness/max")},
       {name: "staleness mean", values: col("staleness/mean"), dashed: true},
       {name: "stale rollouts dropped", values: col("rollouts/stale_dropped")}], empty());
+    // the work those cost: their share of the step's sampled tokens, and their sandboxes' seconds
+    const waste = document.getElementById("plot-stale-waste");
+    waste.closest("figure").hidden = false;
+    linePlot(waste, xs, [{name: "% of sampled tokens", values: col("tokens/stale_dropped_fraction").map((v) => 100 * v)},
+      {name: "sandbox-seconds", values: col("sandbox_s/stale_dropped"), dashed: true}], empty());
   }
   const replicas = prefixed("replica/").filter((k) => k.endsWith("/prefix_cache_hit_rate"));
   if (replicas.length) {
@@ -198,7 +203,7 @@ function drawTimeline(box, line) {
   const rows = [
     ...line.rollouts.map((bar) => ({label: `task ${bar.task} #${bar.rollout}${bar.dropped ? " (dropped)" : ""}`,
                                     cls: "timeline-rollout" + (bar.dropped ? " tl-dropped" : ""), id: bar.rollout_id,
-                                    segments: bar.segments})),
+                                    segments: bar.segments, dropped: bar.dropped})),
     {label: "trainer", cls: "timeline-trainer", segments: line.trainer,
      idle: line.trainer_idle},
     {label: "sync", cls: "timeline-sync", segments: line.sync},
@@ -223,7 +228,8 @@ function drawTimeline(box, line) {
     const group = el("g", {class: row.cls, ...(row.id ? {"data-rollout-id": row.id} : {})}, svg);
     el("text", {x: TL.label - 4, y: y + TL.row - 3, class: "tick", "text-anchor": "end"}, group).textContent = row.label;
     for (const at of row.idle || []) rect(group, at, "tl-idle", y, "idle");
-    for (const s of row.segments) rect(group, s.at, `tl-${s.kind}`, y, s.replica === undefined ? s.kind : `${s.kind} (replica ${s.replica})`);
+    const why = row.dropped ? "dropped as stale, never trained: " : "";  // its bar is faded, outlined (console.css)
+    for (const s of row.segments) rect(group, s.at, `tl-${s.kind}`, y, why + (s.replica === undefined ? s.kind : `${s.kind} (replica ${s.replica})`));
   });
   const base = height - TL.axis + 4;
   el("line", {x1: TL.label, y1: base, x2: TL.w - 8, y2: base, class: "axis"}, svg);

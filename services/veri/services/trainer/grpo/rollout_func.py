@@ -22,12 +22,15 @@ num_generations times in a row (`rollouts.tasks`), and wants one completion per 
 
 max_staleness k >= 1 (asynchronous training) changes steps 1 and 2 only: groups run on the
 `rollouts.producer.GroupProducer`'s loop across step boundaries, so the groups for steps s+1 .. s+k
-sample while step s trains. A step takes the first groups to *finish* (TRL's prompts only give their
-number: which task each runs is the producer's schedule), drops any whose oldest span is more than k
-versions older than the weights being trained (archived under the step with `policy_version_stale`,
-counted in `rollouts/stale_dropped`) and records each kept rollout's `staleness`. TRL's importance
-ratio (trainer / sampler probability per token, truncated at `importance_sampling_cap`) corrects the
-off-policy tokens; the version announcement happens inside the paused weight update.
+sample while step s trains. A group admitted at step s is due at step s+k: a step takes its due groups
+(waiting for them) and otherwise the first to *finish* (TRL's prompts only give their number: which task
+each runs is the producer's schedule), so none is trained more than k versions after it was admitted
+(the rule and its proof: docs/async-training.md). One whose oldest span is more than k versions older
+than the weights being trained all the same is dropped (archived under the step with
+`policy_version_stale`, counted in `rollouts/stale_dropped`, `tokens/stale_dropped`,
+`sandbox_s/stale_dropped`); each kept rollout records its `staleness`. TRL's importance ratio (trainer /
+sampler probability per token, truncated at `importance_sampling_cap`) corrects the off-policy tokens;
+the version announcement happens inside the paused weight update.
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ class HarnessRollouts:
     max_steps: int = 0  # max_staleness >= 1: no group is started for a step past the last
     groups_per_step: int = 1  # max_staleness >= 1: TRL's generation batch / num_generations
     schedule: GroupSchedule | None = None  # max_staleness >= 1: which task each group runs
+    hold_step_s: float | None = None  # max_staleness >= 1: a due group running longer no longer holds a step
     producer: GroupProducer | None = None  # max_staleness >= 1: started at the first step
     step: int = 0  # the step the trainer is at (the producer's groups are sampled for it)
     _consumed: int = 0  # groups taken or dropped so far (max_staleness >= 1)
@@ -91,7 +95,8 @@ class HarnessRollouts:
         self._remaining = (self.max_steps - first_step) * self.groups_per_step
         at_once = max(1, self.max_parallel_rollouts // self.group_size)
         self.producer = GroupProducer(self.run_group, self.schedule, max_parallel_groups=at_once,
-                                      first_group=first_step * self.groups_per_step)
+                                      first_group=first_step * self.groups_per_step, max_staleness=self.max_staleness,
+                                      groups_per_step=self.groups_per_step, hold_step_s=self.hold_step_s)
         self.producer.start()
         return self.producer
 
@@ -150,12 +155,18 @@ class HarnessRollouts:
     def _take_step(
         self, step: int, groups: int
     ) -> tuple[list[CollectedRollout], dict[str, float], list[CollectedRollout]]:
-        """max_staleness k >= 1: the first `groups` groups to finish whose oldest span is at most k versions
-        older than the weights being trained; older ones are dropped (archived with the verdict, counted)."""
+        """max_staleness k >= 1: `groups` finished groups, those due at this step first (admitted k steps ago:
+        waited for), then the first to finish; a group whose oldest span is still more than k versions older
+        than the weights being trained (a restarted server, a straggler past `hold_step_s`) is dropped
+        (archived with the verdict, counted). Admission: at most (k + 1) steps' worth beyond what was taken."""
         assert self.producer is not None
         bound, expected = self.max_staleness, self.versions.expected(step)
-        self.producer.allow(min(self._consumed + (bound + 1) * groups, self._remaining + self._dropped))
-        kept, dropped = self.producer.take(groups, lambda group: _staleness(group, expected) <= bound)
+        self.producer.allow(min(self._consumed + (bound + 1) * groups, self._remaining + self._dropped), step)
+        released = self.producer.released
+        kept, dropped = self.producer.take(groups, lambda group: _staleness(group, expected) <= bound, step)
+        if self.producer.released > released:
+            self.archive.log(f"step {step}: {self.producer.released - released} due group(s) ran past"
+                             f" {self.hold_step_s:g} s and stopped holding the step (dropped if stale when they end)")
         self._consumed += len(kept) + len(dropped)
         self._dropped += len(dropped)
         lags = [_staleness(group, expected) for group in kept]
@@ -172,7 +183,8 @@ class HarnessRollouts:
             self.archive.log(f"step {step}: dropped {len(dropped)} group(s) sampled more than max_staleness {bound}"
                              f" versions before version {expected} (tasks {[g.task_index for g in dropped]})")
         extra = {"rollouts/stale_dropped": len(stale), "groups/stale_dropped": len(dropped),
-                 "staleness/max": max(lags, default=0), "staleness/mean": sum(lags) / len(lags) if lags else 0.0}
+                 "staleness/max": max(lags, default=0), "staleness/mean": sum(lags) / len(lags) if lags else 0.0,
+                 **_waste(collected, stale)}
         for lag in range(bound + 1):
             extra[f"staleness/groups_{lag}"] = lags.count(lag)
         return collected, extra, stale
@@ -324,6 +336,15 @@ class _StepIndex:
         index = self._used.get(group.task_index, 0)
         self._used[group.task_index] = index + 1
         return index
+
+
+def _waste(kept: list[CollectedRollout], stale: list[CollectedRollout]) -> dict[str, float | int]:
+    """What the step's stale groups cost and nobody trains on: their sampled tokens (and that as a fraction of
+    everything the step's taken groups sampled) and their sandboxes' seconds."""
+    wasted = sum(rollout.record.tokens.sampled for rollout in stale)
+    sampled = wasted + sum(rollout.record.tokens.sampled for rollout in kept)
+    return {"tokens/stale_dropped": wasted, "tokens/stale_dropped_fraction": wasted / sampled if sampled else 0.0,
+            "sandbox_s/stale_dropped": round(sum(rollout.launch.duration_s for rollout in stale), 3)}
 
 
 def _rollout_staleness(rollout: CollectedRollout, expected: int) -> int:

@@ -1,16 +1,25 @@
-"""Asynchronous training's rollouts: groups dispatched ahead of the trainer, taken as they finish.
+"""Asynchronous training's rollouts: groups admitted ahead of the trainer, taken as they finish, each
+trained within `max_staleness` versions of the weights it was admitted under.
 
 With `max_staleness` k >= 1 the trainer does not wait for a step's rollouts to start and end: a
 `GroupProducer` runs groups on its own event loop (a thread), at most `max_parallel_groups` at once,
-and hands each finished group over as soon as its N rollouts have ended; a straggler holds no step.
+and hands each finished group over as soon as its N rollouts have ended.
 
-    producer.allow(n)         groups 0 .. n-1 of the schedule may be started (the trainer raises the
-                              bound as it takes groups: groups for step s + k start while s trains)
-    producer.take(count, ok)  the next `count` finished groups for which ok(group) holds, in the order
-                              they finished; the others come back as dropped (each one allows one more
-                              group, so the step still gets `count`)
-    producer.stop()           cancels what runs (the collector removes every sandbox and closes every
-                              session) and says what was left: groups running, groups finished untrained
+    producer.allow(n, step)        groups 0 .. n-1 of the schedule may be started; a group admitted while
+                                   the trainer is at step s is due at step s + k (its deadline)
+    producer.take(count, ok, step) `count` finished groups for step `step`, in the order they finished,
+                                   except that every group due by then is taken (waited for) and none is
+                                   taken that would leave a later step more due groups than it can take;
+                                   a finished group for which ok(group) fails comes back as dropped (each
+                                   one allows one more group, so the step still gets `count`)
+    producer.stop()                cancels what runs (the collector removes every sandbox and closes every
+                                   session) and says what was left: groups running, groups finished untrained
+
+The rule and its proof are in docs/async-training.md ("The bound, by construction"): the trainer
+admits at most (k + 1) steps' worth of groups beyond what it consumed, and a step takes its due
+groups first, so no group is trained more than k versions after the version it could first sample
+under. A due group that runs longer than `hold_step_s` (a tool far past its timeout) stops holding the
+step: it is taken or dropped, by its spans, when it ends.
 
 Which task a group runs is the `GroupSchedule`'s: the dataset in a seeded permutation per epoch, so a
 resumed job continues at the same place (group s * groups_per_step).
@@ -54,6 +63,7 @@ class FinishedGroup:
     rollouts: list[CollectedRollout]
     started_at: float  # time.monotonic() when its first rollout was started
     finished_at: float
+    admitted_step: int = 0  # the trainer's step when it was admitted: it is due at admitted_step + max_staleness
 
     @property
     def oldest_version(self) -> int | None:
@@ -68,6 +78,15 @@ class Stopped:
     untrained: int  # groups that had finished but no step had taken
 
 
+@dataclass
+class _Admitted:
+    """A group admitted and not yet taken or dropped."""
+
+    due: int | None  # the step that must take it (None: no bound, or a straggler released from it)
+    started_at: float | None = None
+    finished: FinishedGroup | None = None
+
+
 # (group number, task index) -> the group's rollouts: the collector run for that group
 RunGroup = Callable[[int, int], Awaitable[list[CollectedRollout]]]
 
@@ -78,8 +97,16 @@ class GroupProducer:
     schedule: GroupSchedule
     max_parallel_groups: int
     first_group: int = 0  # a resumed job starts here
+    max_staleness: int | None = None  # None: no deadlines, groups are taken purely in the order they finish
+    groups_per_step: int = 1  # what a step takes: the places the deadlines are checked against
+    hold_step_s: float | None = None  # a due group running longer than this no longer holds a step
+    released: int = field(init=False, default=0)  # due groups that ran past hold_step_s (counted for the log)
     _allowed: int = field(init=False, default=0)
     _next: int = field(init=False, default=0)
+    _step: int = field(init=False, default=0)  # the trainer's step (set by allow / take)
+    _admitted: dict[int, _Admitted] = field(init=False, default_factory=dict)
+    _order: list[int] = field(init=False, default_factory=list)  # finished, not yet taken: in the order they ended
+    _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
     _finished: queue.Queue[FinishedGroup | BaseException] = field(init=False, default_factory=queue.Queue)
     _loop: asyncio.AbstractEventLoop = field(init=False, default_factory=asyncio.new_event_loop)
     _tasks: set[asyncio.Task[Any]] = field(init=False, default_factory=set)
@@ -93,27 +120,40 @@ class GroupProducer:
         self._thread = threading.Thread(target=self._loop.run_forever, name="veri-rollouts", daemon=True)
         self._thread.start()
 
-    def allow(self, groups: int) -> None:
-        """Groups numbered below `first_group + groups` may be started."""
+    def allow(self, groups: int, step: int | None = None) -> None:
+        """Groups numbered below `first_group + groups` may be started; those admitted now, with the
+        trainer at `step`, are due at step + max_staleness."""
+        if step is not None:
+            self._step = step
         self._call(self._allow, self.first_group + groups)
 
     def take(
-        self, count: int, keep: Callable[[FinishedGroup], bool]
+        self, count: int, keep: Callable[[FinishedGroup], bool], step: int | None = None
     ) -> tuple[list[FinishedGroup], list[FinishedGroup]]:
+        if step is not None:
+            self._step = step
         kept: list[FinishedGroup] = []
         dropped: list[FinishedGroup] = []
         while len(kept) < count:
-            try:
-                item = self._finished.get(timeout=POLL_S)
-            except queue.Empty:
-                continue
-            if isinstance(item, BaseException):
-                raise item
-            if keep(item):
-                kept.append(item)
-            else:
-                dropped.append(item)
-                self._call(self._allow, self._allowed + 1)  # a replacement, so the step still gets `count`
+            self._collect_finished()
+            self._release_stragglers()
+            progressed = False
+            for number in list(self._order):
+                group = self._admitted[number].finished
+                assert group is not None
+                if not keep(group):
+                    self._forget(number)
+                    dropped.append(group)
+                    self._call(self._allow, self._allowed + 1)  # a replacement, so the step still gets `count`
+                    progressed = True
+                elif self._may_take(number, count - len(kept)):
+                    self._forget(number)
+                    kept.append(group)
+                    progressed = True
+                    if len(kept) == count:
+                        break
+            if not progressed and len(kept) < count:
+                self._wait_for_one()
         return kept, dropped
 
     def stop(self) -> Stopped:
@@ -124,10 +164,67 @@ class GroupProducer:
         self._thread.join()
         self._loop.close()
         self._thread = None
-        untrained = 0
+        untrained = len(self._order)
+        self._order.clear()
         while not self._finished.empty():
             untrained += isinstance(self._finished.get_nowait(), FinishedGroup)
         return Stopped(running, untrained)
+
+    # -- the deadlines (on the trainer's thread) ---------------------------------------------------------
+
+    def _may_take(self, number: int, places: int) -> bool:
+        """Taking `number` now (with `places` left in this step) leaves every later step s + j no more
+        groups due by then than it and the steps between can take: due_j - [it] <= places - 1 + j * G.
+        With no deadlines, any finished group may be taken."""
+        if self.max_staleness is None:
+            return True
+        with self._lock:
+            dues = [entry.due for n, entry in self._admitted.items() if entry.due is not None]
+            mine = self._admitted[number].due
+        for j in range(self.max_staleness + 1):
+            due_by = sum(due <= self._step + j for due in dues) - (mine is not None and mine <= self._step + j)
+            if due_by > places - 1 + j * self.groups_per_step:
+                return False
+        return True
+
+    def _release_stragglers(self) -> None:
+        """A due group running past hold_step_s stops holding the step (it is taken or dropped when it ends)."""
+        if self.hold_step_s is None:
+            return
+        now = time.monotonic()
+        with self._lock:
+            for entry in self._admitted.values():
+                if (entry.due is not None and entry.due <= self._step and entry.finished is None
+                        and entry.started_at is not None and now - entry.started_at > self.hold_step_s):
+                    entry.due = None
+                    self.released += 1
+
+    def _collect_finished(self) -> None:
+        while True:
+            try:
+                item = self._finished.get_nowait()
+            except queue.Empty:
+                return
+            self._record(item)
+
+    def _wait_for_one(self) -> None:
+        try:
+            item = self._finished.get(timeout=POLL_S)
+        except queue.Empty:
+            return
+        self._record(item)
+
+    def _record(self, item: FinishedGroup | BaseException) -> None:
+        if isinstance(item, BaseException):
+            raise item
+        with self._lock:
+            self._admitted[item.number].finished = item
+        self._order.append(item.number)
+
+    def _forget(self, number: int) -> None:
+        with self._lock:
+            del self._admitted[number]
+        self._order.remove(number)
 
     # -- on the producer's loop --------------------------------------------------------------------------
 
@@ -135,23 +232,28 @@ class GroupProducer:
         self._allowed = max(self._allowed, bound)
         if self._gate is None:
             self._gate = asyncio.Semaphore(self.max_parallel_groups)
+        due = None if self.max_staleness is None else self._step + self.max_staleness
         while self._next < self._allowed:
-            task = self._loop.create_task(self._one(self._next))
+            with self._lock:
+                self._admitted[self._next] = _Admitted(due)
+            task = self._loop.create_task(self._one(self._next, self._step))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             self._next += 1
 
-    async def _one(self, number: int) -> None:
+    async def _one(self, number: int, admitted_step: int) -> None:
         assert self._gate is not None
         async with self._gate:
             started = time.monotonic()
+            with self._lock:
+                self._admitted[number].started_at = started
             task_index = self.schedule.task(number)
             try:
                 rollouts = await self.run_group(number, task_index)
             except Exception as error:  # noqa: BLE001 - the trainer's `take` raises it: a broken collector stops the job
                 self._finished.put(error)
                 return
-        self._finished.put(FinishedGroup(number, task_index, rollouts, started, time.monotonic()))
+        self._finished.put(FinishedGroup(number, task_index, rollouts, started, time.monotonic(), admitted_step))
 
     async def _cancel_all(self) -> int:
         tasks = list(self._tasks)

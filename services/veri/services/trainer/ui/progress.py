@@ -146,8 +146,10 @@ class StepProgress:
             summary += f", tool calls unparsed {metrics['tool_calls/parse_failed']}/{metrics['tool_calls/attempted']}"
         if "staleness/max" in metrics:  # max_staleness >= 1: how far back it trained, and what it threw away
             summary += f", staleness max {metrics['staleness/max']:g}"
-            if metrics.get("rollouts/stale_dropped"):
-                summary += f", {metrics['rollouts/stale_dropped']:g} stale rollouts dropped"
+            if metrics.get("rollouts/stale_dropped"):  # the work thrown away: tokens sampled, sandbox time
+                summary += (f", {metrics['rollouts/stale_dropped']:g} stale rollouts dropped"
+                            f" ({metrics.get('tokens/stale_dropped', 0):g} sampled tokens,"
+                            f" {metrics.get('sandbox_s/stale_dropped', 0):.0f} sandbox-s)")
         times = ", ".join(f"{name} {step.timings[name]:.1f}s" for name in ("rollout", "reward", "train", "weight_sync",
                                                                       "policy_sleep")
                           if name in step.timings)
