@@ -10,10 +10,11 @@ from tokenizers import Tokenizer
 
 from testkit.spans import make_span
 from veri.archive import JobArchive, step_metrics
-from veri.core.episodes import RolloutStatus, Rule, Verdict, build_episode
+from veri.core.episodes import RolloutStatus, build_episode
 from veri.core.launch import LaunchResult
 from veri.core.records import Span, ToolCallFailure, ToolCallParseFailure
 from veri.core.rollout_record import RewardOutcome, RolloutRecord
+from veri.core.rules import Rule, Verdict
 from veri.loop.collect.collect import CollectedRollout
 from veri.services.trainer.timeline.recorder import StepTimeline
 

@@ -330,7 +330,7 @@ def cli_reference() -> str:
 
 
 def rules_reference() -> str:
-    from veri.core.episodes import RULES, Effect
+    from veri.core.rules import RULES, Effect
 
     effects = {Effect.REJECT: "rejected: masked out of the loss", Effect.DEGRADE: "degraded: trained on less",
                Effect.MASK: "masked: out of the loss, its reward in the baseline"}

@@ -14,9 +14,10 @@ from testkit.spans import bridged_chain
 from veri.archive import JobArchive, read_rollout, step_metrics
 from veri.archive.signals import detect_archive
 from veri.archive.verifier_files import write_verifier_files
-from veri.core.episodes import RolloutStatus, VerifierError, build_episode
+from veri.core.episodes import RolloutStatus, build_episode
 from veri.core.launch import VerifierResult
 from veri.core.rollout_record import RewardOutcome, RolloutRecord, VerifierRecord
+from veri.core.rules import VerifierError
 from veri.core.signals import SignalsConfig
 from veri.services.console.app import create_app
 from veri.services.console.settings import ConsoleSettings

@@ -8,9 +8,10 @@ import pytest
 from transformers import AutoTokenizer
 
 from testkit.spans import bridged_chain, make_span
-from veri.core.episodes import RULES, Effect, RolloutStatus, RowKind, Rule, build_episode, truncate_episode
+from veri.core.episodes import RolloutStatus, RowKind, build_episode, truncate_episode
 from veri.core.records import PromptSource, TokenFidelity
 from veri.core.rollout_record import RewardOutcome, RolloutRecord
+from veri.core.rules import RULES, Effect, Rule
 
 
 @pytest.fixture(scope="module")

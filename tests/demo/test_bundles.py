@@ -12,8 +12,9 @@ import pytest
 from testkit.demo import BUNDLES, SUB_AGENT_BRIEF, image_bin, proxy_with_max_tokens, run_bundle
 from tests.proxy.conftest import assert_bridged_chain
 from veri.core.config import RewardConfig
-from veri.core.episodes import Effect, RowKind
+from veri.core.episodes import RowKind
 from veri.core.harness import load_manifest
+from veri.core.rules import Effect
 from veri.loop.rewards import load_reward_functions
 from veri.loop.rewards.functions import RewardInputs
 from veri.loop.rewards.scoring import RewardScorer

@@ -11,9 +11,9 @@ import pytest
 from scripts.docs import reference
 from veri.cli import build_parser, commands
 from veri.core.config import JobConfig
-from veri.core.episodes import RULES
 from veri.core.harbor_task import EnvironmentSection, HarborTaskConfig
 from veri.core.harness import HarnessManifest
+from veri.core.rules import RULES
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from tests.trainer.records import scored
-from veri.core.episodes import VerifierError, build_episode
+from veri.core.episodes import build_episode
 from veri.core.launch import VerifierResult
 from veri.core.rollout_record import RolloutRecord, VerifierRecord
+from veri.core.rules import VerifierError
 from veri.loop.evals.report import eval_text
 from veri.loop.evals.summary import summarize
 

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from testkit.spans import bridged_chain
-from veri.core.episodes import RolloutStatus, Rule, Verdict, build_episode
+from veri.core.episodes import RolloutStatus, build_episode
 from veri.core.rollout_record import RewardOutcome, RolloutRecord
+from veri.core.rules import Rule, Verdict
 from veri.tools.harness.debug import explain, read_records, records_in
 
 

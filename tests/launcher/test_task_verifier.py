@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from veri.core.episodes import Effect, Rule, VerifierError, build_episode
+from veri.core.episodes import build_episode
 from veri.core.harbor_task import load_task
 from veri.core.launch import RolloutLaunch, TaskEnvironment, VerifierResult, task_environment
+from veri.core.rules import Effect, Rule, VerifierError
 from veri.services.launcher import task_sandbox, verifier
 from veri.services.launcher.docker_task import _read_turn
 from veri.services.launcher.local import LocalBackend

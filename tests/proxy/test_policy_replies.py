@@ -16,7 +16,8 @@ import pytest
 from testkit.proxy_script import proxy_args
 from testkit.servers import RunningServer, start_server
 from tests.proxy.conftest import standin
-from veri.core.episodes import Effect, Rule, build_episode
+from veri.core.episodes import build_episode
+from veri.core.rules import Effect, Rule
 from veri.services.proxy.control_client import ControlClient
 
 pytestmark = pytest.mark.needs("process")

@@ -22,8 +22,9 @@ from testkit.servers import start_server
 from testkit.spans import make_span
 from tests.proxy.conftest import standin
 from tests.proxy.test_app import open_session, policy_standin, proxy_client, settings_for
-from veri.core.episodes import Rule, build_episode
+from veri.core.episodes import build_episode
 from veri.core.records import SessionInfo, Span
+from veri.core.rules import Rule
 from veri.services.proxy.control_client import ControlClient
 from veri.services.proxy.history import IDEMPOTENCY_HEADER, RETRY_COUNT_HEADER, request_key
 from veri.services.proxy.long_texts import TEXT_KEYS

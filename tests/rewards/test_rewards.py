@@ -10,9 +10,10 @@ import pytest
 
 from testkit.spans import bridged_chain, make_span
 from veri.core.config import RewardConfig
-from veri.core.episodes import RolloutStatus, Rule, build_episode
+from veri.core.episodes import RolloutStatus, build_episode
 from veri.core.problems import ProblemsError
 from veri.core.rollout_record import RolloutRecord
+from veri.core.rules import Rule
 from veri.loop.rewards import RewardFunction, RewardInputs, RewardScorer, load_reward_functions
 
 TASK = {"prompt": [{"role": "user", "content": "Find the URL"}], "expected_url": "https://a.example"}

@@ -13,10 +13,11 @@ from pydantic import ValidationError
 from testkit.spans import bridged_chain
 from tests.core.jobs import job, make_job_dir, write_job
 from veri.core.config import RewardConfig
-from veri.core.episodes import RolloutStatus, Rule, VerifierError, build_episode
+from veri.core.episodes import RolloutStatus, build_episode
 from veri.core.launch import VerifierResult
 from veri.core.problems import ProblemsError
 from veri.core.rollout_record import RolloutRecord, VerifierRecord
+from veri.core.rules import Rule, VerifierError
 from veri.loop.rewards import RewardFunction, RewardInputs, RewardScorer, load_reward_functions
 from veri.validation.run import check_config
 

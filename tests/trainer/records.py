@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from testkit.spans import make_span
-from veri.core.episodes import RolloutStatus, Rule, Verdict, build_episode
+from veri.core.episodes import RolloutStatus, build_episode
 from veri.core.rollout_record import RewardOutcome, RolloutRecord
+from veri.core.rules import Rule, Verdict
 
 EOS = 5998  # any id < the tiny model's vocab works; tests pass the tokenizer's real eos where it matters
 

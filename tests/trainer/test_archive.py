@@ -26,9 +26,10 @@ from veri.archive import (
     rebuild_index,
     step_metrics,
 )
-from veri.core.episodes import RolloutStatus, Rule, Verdict, build_episode
+from veri.core.episodes import RolloutStatus, build_episode
 from veri.core.records import ToolCallFailure
 from veri.core.rollout_record import RewardOutcome, RolloutRecord
+from veri.core.rules import Rule, Verdict
 from veri.services.trainer.errors import JobError
 from veri.tools.harness.debug import explain, read_records
 

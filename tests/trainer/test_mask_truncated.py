@@ -15,8 +15,9 @@ import torch
 from testkit.spans import make_span
 from tests.core.jobs import job, make_job_dir, write_job
 from tests.trainer.records import EOS, two_turn_spans
-from veri.core.episodes import Effect, RolloutStatus, RowKind, Rule, build_episode, truncate_episode, unfinished_rows
+from veri.core.episodes import RolloutStatus, RowKind, build_episode, truncate_episode, unfinished_rows
 from veri.core.rollout_record import RewardOutcome, RolloutRecord
+from veri.core.rules import Effect, Rule
 from veri.loop.rewards import RewardFunction
 from veri.services.trainer.grpo.branch_rows import BRANCH_ROWS_FIELD
 from veri.services.trainer.grpo.config import CORRECTION, job_grpo_kwargs, masks_truncated

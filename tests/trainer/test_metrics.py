@@ -15,7 +15,8 @@ from testkit.servers import free_port
 from testkit.trainer_jobs import write_job
 from tests.prometheus import Scrape
 from veri.archive import read_metrics
-from veri.core.episodes import RolloutStatus, Rule
+from veri.core.episodes import RolloutStatus
+from veri.core.rules import Rule
 
 pytestmark = [pytest.mark.needs("process"), pytest.mark.slow]
 

@@ -27,9 +27,10 @@ from testkit.servers import free_port, start_server
 from testkit.trainer_jobs import MAX_TOKENS, write_job, write_tasks
 from tests.trainer.test_train import veri_train
 from veri.archive import ArchiveIndex, read_metrics
-from veri.core.episodes import RolloutStatus, Rule, build_episode
+from veri.core.episodes import RolloutStatus, build_episode
 from veri.core.launch import LaunchResult
 from veri.core.rollout_record import RolloutRecord
+from veri.core.rules import Rule
 from veri.loop.collect.collect import CollectedRollout
 from veri.services.policy.vllm.admin_client import VllmAdmin
 from veri.services.proxy.control_client import ControlClient

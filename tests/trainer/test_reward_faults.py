@@ -13,7 +13,7 @@ import pytest
 
 from bench.reliability.scenarios.reward_faults import check_job, train, write_reward_job
 from tests.rewards.test_rewards import inputs, score
-from veri.core.episodes import Rule
+from veri.core.rules import Rule
 from veri.loop.rewards import RewardFunction, RewardScorer
 
 

@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 from testkit.trainer_jobs import write_job
 from tests.trainer.conftest import build_rollouts
 from veri.archive import JobArchive
-from veri.core.episodes import Rule
+from veri.core.rules import Rule
 from veri.loop.rewards import RewardScorer, load_reward_functions
 from veri.services.trainer.schedule.tasks import task_key
 from veri.validation.run import load_config

@@ -12,11 +12,12 @@ from types import SimpleNamespace
 import pytest
 
 from testkit.spans import make_span
-from veri.core.episodes import Effect, RolloutStatus, Rule, build_episode
+from veri.core.episodes import RolloutStatus, build_episode
 from veri.core.launch import LaunchResult
 from veri.core.policy_api import ServerProcess
 from veri.core.records import ReplicaStats
 from veri.core.rollout_record import RolloutRecord
+from veri.core.rules import Effect, Rule
 from veri.infra.http import HttpCallError
 from veri.loop.collect.collect import CollectedRollout
 from veri.services.trainer.errors import WeightSyncError

@@ -10,9 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from testkit.spans import make_span
-from veri.core.episodes import Effect, RolloutStatus, Rule, build_episode
+from veri.core.episodes import RolloutStatus, build_episode
 from veri.core.launch import LaunchResult
 from veri.core.rollout_record import RolloutRecord
+from veri.core.rules import Effect, Rule
 from veri.loop.collect.collect import CollectedRollout
 from veri.services.trainer.grpo.rollout_func import HarnessRollouts
 from veri.services.trainer.schedule.producer import GroupProducer, GroupSchedule

@@ -15,7 +15,7 @@ import pytest
 from testkit.trainer_jobs import write_job, write_tasks
 from tests.trainer.test_train import assert_timeline_matches_metrics, veri_train
 from veri.archive import ArchiveIndex, read_metrics
-from veri.core.episodes import Rule
+from veri.core.rules import Rule
 
 pytestmark = [pytest.mark.needs("process"), pytest.mark.slow]
 

@@ -46,9 +46,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from veri.core.episodes import RolloutStatus, Rule
+from veri.core.episodes import RolloutStatus
 from veri.core.records import ToolCallFailure
 from veri.core.rollout_record import REWARD_FN_PREFIX, RolloutRecord
+from veri.core.rules import Rule
 
 Metrics = dict[str, float | int]
 

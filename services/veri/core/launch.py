@@ -11,10 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from veri.core import egress
 from veri.core.envs import HARNESS_CONTRACT
-from veri.core.episodes import RolloutStatus, VerifierError
+from veri.core.episodes import RolloutStatus
 from veri.core.harbor_task import HarborTask
 from veri.core.harbor_task import NetworkMode as HarborNetwork
 from veri.core.ids import RolloutId
+from veri.core.rules import VerifierError
 
 NetworkMode = Literal["public", "no-network", "allowlist"]  # Harbor's [environment] network_mode
 AgentKind = Literal["harness", "oracle", "nop"]  # who takes the agent's turn (Harbor's -a oracle / -a nop)

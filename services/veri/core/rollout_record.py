@@ -10,9 +10,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from veri.core.episodes import Effect, Episode, RolloutStatus, Verdict, VerifierError
+from veri.core.episodes import Episode, RolloutStatus
 from veri.core.launch import VerifierResult
 from veri.core.records import Span
+from veri.core.rules import Effect, Verdict, VerifierError
 from veri.core.token_account import TokenAccount, sampled_tokens, token_account
 
 REWARD_FN_PREFIX = "reward_fn/"  # a function's own figures in the step metrics and eval.json ("reward" is the total)

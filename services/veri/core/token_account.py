@@ -16,7 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from veri.core.episodes import Effect, Episode, Verdict
+from veri.core.episodes import Episode
+from veri.core.rules import Effect, Verdict
 
 
 class TokenAccount(BaseModel):

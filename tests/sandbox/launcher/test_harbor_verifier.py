@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests.sandbox.conftest import ROOT
-from veri.core.episodes import Rule, VerifierError, build_episode
+from veri.core.episodes import build_episode
 from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch, TaskEnvironment, TaskHealthcheck
+from veri.core.rules import Rule, VerifierError
 from veri.services.launcher.group import run_group
 
 TASKS = ROOT / "tests/fixtures/harbor/verifier"

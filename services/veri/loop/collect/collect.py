@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from veri.core.episodes import Decoder, Episode, Rule, build_episode, truncate_episode
+from veri.core.episodes import Decoder, Episode, build_episode, truncate_episode
 from veri.core.harness import rollout_env
 from veri.core.launch import GroupLaunch, LaunchResult, RolloutLaunch, SandboxLimits
 from veri.core.records import SessionInfo, Span
 from veri.core.rollout_record import RolloutRecord, VerifierRecord
+from veri.core.rules import Rule
 from veri.infra.http import HttpCallError
 from veri.loop.collect.harbor import task_env_for
 from veri.loop.collect.runner import RolloutRunner

@@ -20,8 +20,8 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from veri.core.episodes import Effect
 from veri.core.rollout_record import REWARD_FN_PREFIX, RolloutRecord
+from veri.core.rules import Effect
 from veri.loop.evals.stats import bootstrap_ci, mean_pass_at_k, paired_test
 
 TOTAL = "reward"  # the weighted sum of the job's functions

@@ -12,8 +12,8 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from veri.core.episodes import Rule, Verdict
 from veri.core.rollout_record import RewardOutcome
+from veri.core.rules import Rule, Verdict
 from veri.loop.rewards.functions import RewardFunction, RewardInputs, one_line
 
 

@@ -16,7 +16,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from veri.archive.index_query import SORTS, RolloutQuery
-from veri.core.episodes import RolloutStatus, Rule
+from veri.core.episodes import RolloutStatus
+from veri.core.rules import Rule
 
 PER_PAGE = 50
 MAX_PER_PAGE = 500

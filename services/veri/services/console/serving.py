@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from veri.archive import ArchiveIndex, ArchiveLayout, RolloutQuery, read_job_file, read_metrics
-from veri.core.episodes import RolloutStatus, Rule
+from veri.core.episodes import RolloutStatus
 from veri.core.rollout_record import RolloutRecord
+from veri.core.rules import Rule
 from veri.services.console.decoder import job_decoder
 from veri.services.console.errors import NotFound
 from veri.services.console.jobs import JobFolders, JobSummary, summarize

@@ -25,9 +25,9 @@ from typing import Any
 
 from markupsafe import Markup
 
-from veri.core.episodes import Rule
 from veri.core.records import Span
 from veri.core.rollout_record import RolloutRecord
+from veri.core.rules import Rule
 from veri.services.console.decoder import TokenDecoder
 
 

@@ -30,9 +30,10 @@ from docker.errors import APIError, ImageNotFound, NotFound
 from docker.types import LogConfig, Mount, Ulimit
 
 from veri.core import egress, envs
-from veri.core.episodes import RolloutStatus, VerifierError
+from veri.core.episodes import RolloutStatus
 from veri.core.harness import OUTPUT_MOUNT
 from veri.core.launch import LaunchResult, RolloutLaunch, TaskEnvironment, TaskHealthcheck, VerifierResult
+from veri.core.rules import VerifierError
 from veri.services.launcher import task_sandbox, verifier
 from veri.services.launcher.docker_exec import PrivilegedExec
 from veri.services.launcher.errors import ImageProblem

@@ -25,8 +25,8 @@ import math
 import tarfile
 from dataclasses import dataclass
 
-from veri.core.episodes import VerifierError
 from veri.core.launch import VerifierResult
+from veri.core.rules import VerifierError
 from veri.services.launcher.task_runtime.verifier_tools import verifier_env
 
 TESTS_MOUNT = "/tests"

@@ -26,7 +26,8 @@ from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from veri.core.episodes import RolloutStatus, Rule
+from veri.core.episodes import RolloutStatus
+from veri.core.rules import Rule
 from veri.services.trainer.errors import JobError
 from veri.services.trainer.ui.progress import MetricsArchive, ProgressDisplay
 

@@ -24,18 +24,16 @@ from veri.core.episodes import (
     ID_FIELDS,
     LOGPROB_FIELDS,
     Decoder,
-    Effect,
     Episode,
     EpisodeSpan,
     RolloutStatus,
-    Rule,
     TrainingRow,
-    Verdict,
     as_episode_spans,
     build_episode,
     json_kind,
 )
 from veri.core.rollout_record import VerifierRecord
+from veri.core.rules import Effect, Rule, Verdict
 from veri.core.token_account import sampled_tokens, token_account
 
 # Keys only a span has: a list of objects with one of these and no `spans` is a bare list of spans.

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from veri.core import envs
-from veri.core.episodes import VerifierError
 from veri.core.harbor_task import check_task, load_task
 from veri.core.launch import AgentKind, GroupLaunch, LaunchResult, RolloutLaunch, task_environment
 from veri.core.problems import ProblemsError
+from veri.core.rules import VerifierError
 from veri.services.launcher.docker_backend import DEFAULT_NETWORK, DockerBackend, ensure_rollouts_network
 from veri.services.launcher.docker_egress import network_names
 from veri.services.launcher.group import run_group

@@ -42,8 +42,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from veri.core.episodes import Rule, Verdict, unfinished_rows
+from veri.core.episodes import unfinished_rows
 from veri.core.rollout_record import RolloutRecord
+from veri.core.rules import Rule, Verdict
 from veri.infra.aio import gather_to_the_end
 from veri.loop.collect.collect import CollectedRollout, GroupCollector, harness_log, verifier_files
 from veri.loop.rewards import RewardInputs, RewardScorer
