@@ -1,0 +1,92 @@
+"""`veri train` on Harbor tasks, end to end: a tiny-model job of 2 steps over two tasks of the CPU demo set
+(dataset `harbor: DIR`, `FROM python:3.11-slim` mapped by the job's image_map), the harbor_bash bundle in
+each task's own image under runsc (docker backend, in process), each rollout scored by the task's tests
+through the built-in `verifier` reward. The proxy and policy are the reliability bench's
+(bench/reliability/scenarios/harness_faults.py); the tasks are network_mode = "no-network", so the proxy
+joins the sealed network, as in test_run_harness_task.py. The tiny model answers noise: reward 0 is
+expected, what matters is that every rollout took the whole path and was trained on."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.reliability.scenarios.harness_faults import NETWORK, faults_stack
+from tests.sandbox.conftest import ROOT
+from veri.archive import ArchiveIndex, read_metrics
+from veri.services.launcher.docker_backend import ensure_rollouts_network
+from veri.services.launcher.docker_egress import network_names
+
+pytestmark = pytest.mark.slow
+DEMO = ROOT / "config/data/harbor_cpu/train"
+TASKS = ["copy-apple-to-violet", "count-errors-0"]
+BUNDLE = ROOT / "harness-bundles/harbor_bash"
+
+
+def write_job(folder: Path, model: Path) -> Path:
+    tasks = folder / "tasks"
+    for name in TASKS:
+        shutil.copytree(DEMO / name, tasks / name)
+    config = {
+        "model": str(model), "backend": "hf", "dataset": {"harbor": str(tasks)},
+        "image_map": {"python:3.11-slim": "veri/os-base"}, "harness_bundle": str(BUNDLE),
+        "rollouts_per_prompt": 2, "max_turns": 1, "max_response_length": 64, "sampling": {"max_tokens": 16},
+        "learning_rate": 1e-4, "max_steps": 2, "harness_timeout_s": 120, "max_parallel_rollouts": 4,
+        "grpo": {"per_device_train_batch_size": 4},
+    }
+    path = folder / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_two_steps_on_harbor_tasks(docker_client, tiny_model: Path, tmp_path: Path, monkeypatch):
+    from veri.tools.harness.build import build_bundle_image
+
+    image = build_bundle_image(BUNDLE, docker_client)
+    job = write_job(tmp_path, tiny_model)
+    name = f"harbor-train-{uuid.uuid4().hex[:6]}"
+    sealed = ensure_rollouts_network(docker_client, network_names(NETWORK)["none"])
+    with faults_stack(docker_client, tiny_model, tmp_path) as stack:
+        sealed.connect(stack.proxy_container)  # a no-network task's sandbox reaches the proxy and nothing else
+        command = [sys.executable, "-m", "veri.cli", "train", str(job), "--base-dir", str(tmp_path), "--name", name,
+                   "--output", str(tmp_path / "jobs"), "--proxy-url", stack.proxy_url,
+                   "--policy-url", stack.policy_url, "--control-token", stack.token,
+                   "--sandbox", "docker", "--image", image]
+        monkeypatch.setenv("VERI_ROLLOUTS_NETWORK", NETWORK)
+        monkeypatch.setenv("VERI_CONTROL_TOKEN", stack.token)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-5000:]
+    job_dir = tmp_path / "jobs" / name
+    assert json.loads((job_dir / "job.json").read_text())["status"] == "finished"
+
+    metrics = read_metrics(job_dir / "metrics.jsonl")
+    assert [line["step"] for line in metrics] == [0, 1], metrics
+    with ArchiveIndex(job_dir) as index:
+        paths = [index.layout.inside(row["path"]) for row in index.rollouts(limit=100)]
+        records = [(index.read_rollout(path), path) for path in paths]
+    assert len(records) == 2 * len(TASKS) * 2  # 2 steps x 2 tasks x 2 rollouts
+    for record, path in records:
+        where = str(path.relative_to(job_dir))
+        fired = sorted(verdict.rule.value for verdict in record.verdicts)
+        # No rollout failed for an infrastructure reason: each ran, was verified and scored.
+        assert record.status == "completed", (where, record.status, fired, path.with_suffix(".log").read_text()[-2000:])
+        assert record.spans, (where, "the agent never reached the policy from inside the task's image")
+        assert Path(record.task["harbor_task"]).parent == tmp_path / "tasks", record.task
+        assert record.verifier is not None and record.verifier.ran, (where, record.verifier)
+        assert record.verifier.reward in (0.0, 1.0), (where, record.verifier)
+        assert record.reward is not None and record.reward.reward == record.verifier.reward, (where, record.reward)
+        assert not [rule for rule in fired if rule.startswith("verifier_")], (where, fired)
+        archived = path.with_suffix("") / "verifier"  # rollout-<K>/verifier/ beside rollout-<K>.json
+        assert (archived / "reward.txt").is_file(), (where, sorted(p.name for p in path.parent.iterdir()))
+        assert sorted(record.verifier.files) and "reward.txt" in record.verifier.files, record.verifier.files
+    for line in metrics:
+        assert "reward_fn/verifier/mean" in line, sorted(line)
+        assert line.get("verifier/verified") == len(TASKS) * 2 and line.get("verifier/failed") == 0, line
+        assert isinstance(line.get("train/loss"), float), line
