@@ -20,3 +20,14 @@ def test_the_eval_path_loads_no_training_library():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_log_lines_go_to_stderr_so_stdout_is_the_report():
+    """`veri eval --json`: a launcher's log line (structlog, unconfigured, prints on stdout) must not come
+    before the JSON object."""
+    code = ("import structlog, veri.loop.evals.cli as cli\n"
+            "cli.log_to_stderr()\n"
+            "structlog.get_logger('veri.services.launcher.docker').info('a note of the docker backend')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "" and "a note of the docker backend" in done.stderr

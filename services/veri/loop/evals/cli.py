@@ -57,6 +57,7 @@ def register(commands: argparse._SubParsersAction, *, harbor_tasks: HarborTasks 
 def _eval(args: argparse.Namespace) -> int:
     from veri.loop.evals.errors import eval_failures
 
+    log_to_stderr()
     try:
         _refuse_without_image(args)  # before --output takes its default: the commands carry what was given
         args.output = args.output or jobs_dir()
@@ -68,6 +69,14 @@ def _eval(args: argparse.Namespace) -> int:
     except eval_failures() as error:
         print(f"veri eval: {error}", file=sys.stderr)
         return 1
+
+
+def log_to_stderr() -> None:
+    """stdout is the report (--json: one JSON object): the sandboxes' and the launcher's log lines go to stderr
+    (unconfigured, structlog prints them on stdout)."""
+    from veri.infra.logging import configure_service_logging
+
+    configure_service_logging("eval")
 
 
 def _refuse_without_image(args: argparse.Namespace) -> None:
