@@ -14,3 +14,9 @@ harness: venv docker ## BUNDLE=DIR | a harness bundle's image
 # Launch-to-entrypoint overhead (p50/p95) and rollouts/s at 1, 16 and 64 concurrent gVisor sandboxes.
 bench-sandbox: venv docker ## sandbox launch overhead and rollouts/s at 1, 16 and 64 at once (docs/benchmarks.md)
 	$(BIN)/python bench/sandbox_launch.py
+
+.PHONY: bench-tasks
+# Harbor task rollouts on the CPU demo's tasks: environment builds (cold, cached), the task's sandbox
+# against a bundle's, the verifier's time per rollout and its share.
+bench-tasks: venv docker ## [ARGS="--rollouts 8"] | Harbor tasks: environment builds cold and cached, the task sandbox against a bundle's, the verifier's time and share (docs/benchmarks.md)
+	$(BIN)/python bench/task_rollouts.py $(ARGS)
