@@ -3,6 +3,10 @@
 #   VERI_LAUNCHER_BACKEND=kubernetes: + compose.kubernetes.yaml, one Job per rollout on the cluster of
 #     VERI_LAUNCHER_KUBECONFIG (namespace VERI_LAUNCHER_NAMESPACE), its pods reaching this box's proxy
 #     and web fixture at VERI_K8S_STACK_ADDRESS (port VERI_K8S_PROXY_PORT); see that file.
+# Harbor tasks' build folder (tools/tasks/stage.py): the launcher mounts it at this same absolute path.
+VERI_TASKS_BUILD=$(realpath -m "${VERI_TASKS_BUILD:-build/tasks}")
+mkdir -p "$VERI_TASKS_BUILD"  # made by us, not by dockerd as root
+export VERI_TASKS_BUILD
 case ${VERI_LAUNCHER_BACKEND:-docker} in
   docker)
     unset VERI_K8S_PROXY_PORT  # rollout URLs stay http://proxy:8000 (compose.yaml)

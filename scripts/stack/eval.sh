@@ -26,6 +26,9 @@ eval "$settings"
 [ "${VERI_BUNDLE_BASE_TARGET:-images}" = images ] || make --no-print-directory "$VERI_BUNDLE_BASE_TARGET"
 source scripts/stack/compose_files.sh
 image=$("$VERI" harness build "$VERI_BUNDLE" --prefix "${IMAGE_PREFIX:-veri}" --vendor "${VENDOR:-vendor}" | tail -n 1)
+# A Harbor dataset: task images, trees and staged tests made here (the trainer container has no Docker);
+# the trainer reads what was made from the file this prints (nothing for other jobs).
+tasks=$("$VERI" tasks stage "$CONFIG" --image "$image" --name "$(basename "${CONFIG%.*}")")
 scripts/stack/up.sh
 state=$(realpath -m "${VERI_STATE_DIR:-build/state}")
 export VERI_STATE_DIR=$state VERI_CONTROL_TOKEN=$(cat "$state/control_token")
@@ -34,4 +37,4 @@ export VERI_STATE_DIR=$state VERI_CONTROL_TOKEN=$(cat "$state/control_token")
 $COMPOSE -p "$project" run --rm trainer \
   veri eval "$VERI_JOB_FILE" --output /state/jobs --proxy-url http://proxy:8000 \
   --policy-url "${VERI_POLICY_URLS:-http://policy:8001}" --sandbox launcher --launcher-url http://launcher:8002 \
-  --image "$image" ${ARGS:-}
+  --image "$image" ${tasks:+--harbor-tasks "$tasks"} ${ARGS:-}

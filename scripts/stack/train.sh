@@ -45,6 +45,9 @@ fi
 [ "${VERI_BUNDLE_BASE_TARGET:-images}" = images ] || make --no-print-directory "$VERI_BUNDLE_BASE_TARGET"
 source scripts/stack/compose_files.sh  # the launcher backend's compose files (up.sh and the run below)
 image=$("$VERI" harness build "$VERI_BUNDLE" --prefix "${IMAGE_PREFIX:-veri}" --vendor "${VENDOR:-vendor}" | tail -n 1)
+# A Harbor dataset: task images, trees and staged tests made here (the trainer container has no Docker);
+# the trainer reads what was made from the file this prints (nothing for other jobs).
+tasks=$("$VERI" tasks stage "$CONFIG" --image "$image" --name "$name")
 scripts/stack/up.sh
 state=$(realpath -m "${VERI_STATE_DIR:-build/state}")
 export VERI_STATE_DIR=$state VERI_CONTROL_TOKEN=$(cat "$state/control_token")
@@ -72,7 +75,7 @@ sys.exit(not (job.get("status") == "stopped" and (job.get("ended_at") or 0) >= i
 $COMPOSE -p "$project" run --rm --name "$container" -e VERI_RESUME_COMMAND="$resume" trainer \
   veri train "$VERI_JOB_FILE" --name "$name" \
   --output /state/jobs --proxy-url http://proxy:8000 --policy-url "${VERI_POLICY_URLS:-http://policy:8001}" \
-  --sandbox launcher --launcher-url http://launcher:8002 --image "$image" ${RESUME:+--resume} || status=$?
+  --sandbox launcher --launcher-url http://launcher:8002 --image "$image" ${tasks:+--harbor-tasks "$tasks"} ${RESUME:+--resume} || status=$?
 if [ "$status" != 0 ] && { [ -n "$stopped" ] || [ "$status" = 130 ] || job_stopped; }; then
   # compose v2 sometimes returns without passing the signal on (a race in its signal proxy): the
   # trainer would train on in the background. Pass it on here (a second one is only a note to the

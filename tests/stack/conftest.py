@@ -20,6 +20,10 @@ REPO = Path(__file__).resolve().parents[2]
 DATASET = REPO / "config" / "data" / "url_extract.jsonl"
 OPENAI_TASK, CLAUDE_TASK, CODEX_TASK = 5, 9, 13
 SUB_AGENT_TASK = 11  # Claude Code hands it to a sub-agent (tests/stack/claude_job/, test_train_claude.py)
+# The Harbor task of tests/stack/harbor_job/ (test_train_harbor.py): its instruction answered with its solution,
+# in the harbor_bash agent's format (a ```bash block it runs in the task's sandbox).
+HARBOR_RULE = {"if_last_user_turn_contains": "containing exactly the word `apple`",
+               "reply": "```bash\necho apple > /app/answer.txt\n```"}
 
 
 def dataset_row(index: int) -> dict:
@@ -102,6 +106,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     codex_row = dataset_row(CODEX_TASK)
     rules.append(fetch_rule(codex_row, tool_call("exec_command", {"cmd": f"curl -s {codex_row['url']}"})))
     rules += [fetch_rule(row, tool_call("fetch_url", {"url": row["url"]})) for row in rows]
+    rules.append(HARBOR_RULE)
     (state / "jobs").mkdir()  # the policy sees only the state folder's jobs/ (read-only)
     (state / "jobs" / "script.json").write_text(json.dumps(rules))
     port = free_port()

@@ -14,6 +14,7 @@ import yaml
 
 from tests.stack.conftest import REPO
 
+TASKS_BUILD = str((REPO / "build" / "tasks").resolve())  # VERI_TASKS_BUILD as scripts/stack/compose_files.sh sets it
 RO = "ro"  # a read-only mount; any other value is why the mount is writable
 TMP = {"/tmp": "tmpfs: gunicorn's worker files, prometheus's multiprocess folder, the libraries' caches (HOME)"}
 # exec: not docker's noexec default, for code written there
@@ -33,7 +34,8 @@ ALLOWED = {
     "policy": Holds({"/models": RO, "/state/jobs": RO}, tmpfs=TMP_EXEC),  # jobs/: the weights the trainer syncs
     "proxy": Holds({"/models": RO, "/state/spans": "the span store: every model call it records"}),
     "launcher": Holds(
-        {"/host/run": RO, "/state/outputs": "each sandbox's output folder, made before and taken back after"},
+        {"/host/run": RO, "/state/outputs": "each sandbox's output folder, made before and taken back after",
+         TASKS_BUILD: RO},  # Harbor tasks' staged tests and mounted trees, at the host's path (tools/tasks/stage.py)
         user=("0:0", "docker gives added capabilities to uid 0 only; it holds the docker socket, root on the "
                      "host whatever its uid"),
         capabilities={"CAP_CHOWN": "an output folder to the sandbox user, then back to the services' user",

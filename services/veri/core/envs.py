@@ -66,6 +66,9 @@ VERI_BUNDLE = "VERI_BUNDLE"  # the job's harness bundle (make train builds its i
 VERI_BUNDLE_BASE_TARGET = "VERI_BUNDLE_BASE_TARGET"
 VERI_POLICY_BACKEND = "VERI_POLICY_BACKEND"  # hf or vllm
 VERI_JOB_FILE = "VERI_JOB_FILE"  # the job file as the trainer container reads it (a copy: veri stack-env --name)
+# Harbor tasks' built trees and staged tests (default <checkout>/build/tasks): the launcher container mounts
+# it read-only at the same path, so a path the host's `veri tasks stage` wrote is the launcher's too
+VERI_TASKS_BUILD = "VERI_TASKS_BUILD"
 
 # --- make's helpers (scripts/) ------------------------------------------------------------------
 VERI_DISK_MIN_GB = "VERI_DISK_MIN_GB"  # make disk-check stops below this many free GB (default 1; 0 skips)

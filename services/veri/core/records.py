@@ -102,7 +102,8 @@ class Span(BaseModel):
     policy_version: int
     policy_version_end: int | None = Field(
         default=None, description="the version announced when the call ended, when the weights were updated while"
-        " it was sampled (its tokens come from both; policy_version, the older, bounds its staleness)",
+        " it was sampled (its tokens may come from both, or only from the newer where the request was held before"
+        " its first token; policy_version, the older, bounds its staleness)",
     )
     replica: int | None = Field(
         default=None, description="index of the policy replica that served it (GET /control/replicas)"

@@ -32,6 +32,9 @@ def add_stack_arguments(parser: argparse.ArgumentParser, *, policy_note: str) ->
                         help=f"the launcher service (default ${envs.VERI_LAUNCHER_URL} or {DEFAULT_LAUNCHER_URL})")
     parser.add_argument("--base-dir", type=Path, default=None,
                         help="where the config's relative paths start (default: the current directory)")
+    parser.add_argument("--harbor-tasks", dest="staged_tasks", type=Path, default=None, metavar="FILE",
+                        help="a Harbor dataset's tasks as `veri tasks stage` made them ready on the host (make train"
+                             " passes it to the trainer container, which has no Docker to build them with)")
 
 
 # Left out of a command line printed back: the control token (a secret), and --sandbox and --image, which
@@ -59,6 +62,17 @@ def given_options(args: argparse.Namespace, options: tuple[argparse.Action, ...]
         else:
             words += [flag, str(value)]
     return words
+
+
+def harbor_tasks_of(args: argparse.Namespace, config: object) -> dict[str, dict[str, object]]:
+    """LaunchSettings.harbor_tasks for the command: the staged file (--harbor-tasks), else resolved here by the
+    callable veri/cli.py set as the command's `harbor_tasks` default (tools/tasks/job.py), else none."""
+    from veri.loop.collect.harbor import load_staged
+
+    if args.staged_tasks is not None:
+        return load_staged(args.staged_tasks)
+    resolve = getattr(args, "harbor_tasks", None)
+    return resolve(config, args.sandbox, args.image) if resolve is not None else {}
 
 
 def refuse_without_image(args: argparse.Namespace, *, command: str, make: str, through_make: str) -> None:

@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from veri.core.state import JOBS_HELP, jobs_dir
-from veri.loop.collect.stack_args import add_stack_arguments, command_options, given_options, refuse_without_image
+from veri.loop.collect.stack_args import (
+    add_stack_arguments,
+    command_options,
+    given_options,
+    harbor_tasks_of,
+    refuse_without_image,
+)
 
 # (the job, --sandbox, --image) -> LaunchSettings.harbor_tasks: veri/cli.py hands in tools/tasks/job.py's
 HarborTasks = Callable[[Any, str, "str | None"], dict[str, dict[str, Any]]]
@@ -30,7 +36,9 @@ def register(commands: argparse._SubParsersAction, *, harbor_tasks: HarborTasks 
                        help="with --job: checkpoint-K, the final model (default) or the config's base model")
     tasks = run.add_argument_group("tasks (default: every row of the job's dataset)")
     tasks.add_argument("--tasks", default=None, metavar="A:B", help="the job dataset's rows A..B-1 (Python's slice)")
-    tasks.add_argument("--split", type=Path, default=None, metavar="FILE", help="a JSONL file of tasks instead")
+    tasks.add_argument("--split", type=Path, default=None, metavar="PATH",
+                       help="a JSONL file of tasks instead, or a folder of Harbor tasks (a harbor: job's"
+                            " held-out split)")
     tasks.add_argument("--held-out", action="store_true",
                        help="with --job: leave out the tasks the job trained on (its archive's task indexes)")
     run.add_argument("-n", "--samples", type=int, default=4, metavar="N", help="samples per task (default 4)")
@@ -142,7 +150,7 @@ def _run_one(args: argparse.Namespace, *, model: Path | None, job: str | None, s
     train = TrainOptions(proxy_url=args.proxy_url, policy_urls=[u for u in args.policy_url.split(",") if u],
                          output_root=args.output, job_name=name, sandbox=args.sandbox, image=args.image,
                          launcher_url=args.launcher_url, control_token=args.control_token,
-                         harbor_tasks=args.harbor_tasks(config, args.sandbox, args.image) if args.harbor_tasks else {})
+                         harbor_tasks=harbor_tasks_of(args, config))
     if args.held_out and not args.job:
         raise EvalError("--held-out needs --job JOB: the training job whose tasks to leave out")
     options = EvalOptions(train=train, samples=args.samples, temperature=args.temperature, tasks=args.tasks,

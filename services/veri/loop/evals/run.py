@@ -49,10 +49,16 @@ class EvalOptions:
 
 
 def select_tasks(config: JobConfig, tasks: str | None, split: Path | None) -> Tasks:
-    """(task index, row): the job's dataset sliced by `tasks` ("a:b", Python's slice), or the split file's rows."""
+    """(task index, row): the job's dataset sliced by `tasks` ("a:b", Python's slice), or the split's rows (a
+    JSONL file, or a folder of Harbor tasks)."""
     if tasks is not None and split is not None:
         raise EvalError("give --tasks a:b or --split FILE, not both")
-    spec = config.dataset if split is None else DatasetConfig(path=split, column_mapping=config.dataset.column_mapping)
+    if split is None:
+        spec = config.dataset
+    elif split.is_dir():  # a Harbor task folder, or a folder of them (a held-out split of a `harbor:` dataset)
+        spec = DatasetConfig(harbor=split)
+    else:
+        spec = DatasetConfig(path=split, column_mapping=config.dataset.column_mapping)
     try:
         rows = read_dataset(spec)
     except ProblemsError as error:

@@ -18,7 +18,7 @@ from typing import Any
 
 from veri.core import envs
 from veri.core.state import JOBS_HELP, jobs_dir
-from veri.loop.collect.stack_args import add_stack_arguments, command_options, refuse_without_image
+from veri.loop.collect.stack_args import add_stack_arguments, command_options, harbor_tasks_of, refuse_without_image
 
 STOPPED_EXIT = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 
@@ -115,8 +115,8 @@ def _run_train(args: argparse.Namespace) -> int:
         # Before anything imports them: the libraries' noise goes to the job's log, not the console.
         with quiet_libraries(job_layout(options.output_root, options.job_name).libraries_log):
             config = load_config(args.config, base_dir=args.base_dir, trainer_checks=TRAINER_CHECKS)
-            if args.harbor_tasks is not None:  # a Harbor dataset: its images and trees, once, before any rollout
-                options = replace(options, harbor_tasks=args.harbor_tasks(config, options.sandbox, options.image))
+            # a Harbor dataset: its images and trees, once, before any rollout (or as the host staged them)
+            options = replace(options, harbor_tasks=harbor_tasks_of(args, config))
             final = run_job(config, options)
     # expected failures: one line with the fix, no traceback (services/trainer/errors.py)
     except TRAIN_FAILURES as error:

@@ -65,6 +65,23 @@ def register(commands: argparse._SubParsersAction) -> None:
     vendor.add_argument("--base-image", default="veri/os-base",
                         help="the image the tasks build on: the .debs it already has are not fetched")
     vendor.set_defaults(func=_vendor)
+    _register_stage(kinds)
+
+
+def _register_stage(kinds: argparse._SubParsersAction) -> None:
+    stage = kinds.add_parser(
+        "stage", help="make a job's Harbor tasks ready for the stack's launcher (make train and make eval run it)",
+        description="On the host, before the trainer container starts (it has no Docker): build each task's image "
+                    "(cached), the bundle image's runtime tree and the verifier's tools, copy each task's tests/ "
+                    "where the launcher container reads them, and write <state>/configs/NAME.tasks.json, which "
+                    "`veri train --harbor-tasks` reads. Prints that file's path in the trainer container, or "
+                    "nothing for a job without Harbor tasks.")
+    stage.add_argument("config", type=Path, help="job file (.yaml or .toml)")
+    stage.add_argument("--image", required=True, help="the harness bundle's image (`veri harness build`)")
+    stage.add_argument("--name", required=True, help="the job's name (the staged file is NAME.tasks.json)")
+    stage.add_argument("--state", type=Path, default=None, help="the stack's state folder (default $VERI_STATE_DIR or"
+                                                                " build/state)")
+    stage.set_defaults(func=_stage)
 
 
 def job_harbor_tasks(config: Any, sandbox: str, image: str | None) -> dict[str, dict[str, Any]]:
@@ -137,4 +154,27 @@ def _vendor(args: argparse.Namespace) -> int:
         print(f"veri tasks vendor: {error}", file=sys.stderr)
         return 2
     print(out)
+    return 0
+
+
+def _stage(args: argparse.Namespace) -> int:
+    from veri.core.config import parse_config, read_config_file
+    from veri.core.problems import ProblemsError
+    from veri.core.state import state_dir
+    from veri.loop.collect.errors import StackError
+    from veri.tools.appliance.stack_env import BASE_COMPOSE_PATH, JOB_FILES, JOB_FILES_IN_TRAINER
+    from veri.tools.tasks.stage import STAGED_SUFFIX, StageError, write_staged
+
+    try:  # `veri validate` ran before (make train): the paths and the image map are all this needs
+        config = parse_config(read_config_file(args.config))
+        staged = job_harbor_tasks(config, "launcher", args.image)
+        if not staged:
+            return 0
+        name = f"{args.name}{STAGED_SUFFIX}"
+        # keyed as the trainer container's /work sees the checkout compose.yaml mounts there
+        write_staged(staged, (args.state or state_dir()) / JOB_FILES / name, BASE_COMPOSE_PATH.parent)
+    except (StackError, StageError, ProblemsError) as error:
+        print(f"veri tasks stage: {error}", file=sys.stderr)
+        return 2
+    print(JOB_FILES_IN_TRAINER / name)
     return 0

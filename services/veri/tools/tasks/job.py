@@ -1,7 +1,8 @@
 """A job's Harbor tasks, resolved once where `veri train` and `veri eval` start (veri/cli.py hands this
 function to their commands, so the loop and the trainer import nothing from tools/): each task's image
 built (cached), the bundle image's runtime tree, the verifier's tools, the bundle's entrypoint rewritten
-for the tree. The result is the plain mapping LaunchSettings.harbor_tasks carries."""
+for the tree. The result is the plain mapping LaunchSettings.harbor_tasks carries; for the stack's launcher,
+with each task's tests staged where that container reads them (tools/tasks/stage.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from veri.services.launcher.task_runtime.layout import default_vendor_dir
 from veri.services.launcher.task_runtime.runtime import RuntimeTreeError
 from veri.tools.tasks.build import TaskBuildError
 from veri.tools.tasks.prepare import prepare_tasks
+from veri.tools.tasks.stage import StageError, stage_for_launcher
 from veri.validation.harbor_checks import harbor_folders
 
 
@@ -28,7 +30,9 @@ def job_harbor_tasks(config: JobConfig, sandbox: str, image: str | None) -> dict
     if not image:
         raise StackError("Harbor tasks need the bundle's image (its runtime tree is mounted in each task): --image")
     try:
-        return prepare_tasks(folders, default_vendor_dir(), image_map=config.image_map,
-                             runtime_image=image, entrypoint=load_manifest(config.harness_bundle).entrypoint)
-    except (TaskBuildError, RuntimeTreeError) as error:
+        prepared = prepare_tasks(folders, default_vendor_dir(), image_map=config.image_map,
+                                 runtime_image=image, entrypoint=load_manifest(config.harness_bundle).entrypoint)
+        # the launcher service reads tests/ in its own container: from the tasks build folder it mounts
+        return stage_for_launcher(prepared) if sandbox == "launcher" else prepared
+    except (TaskBuildError, RuntimeTreeError, StageError) as error:
         raise StackError(f"the job's Harbor tasks could not be prepared: {error}") from None

@@ -8,11 +8,16 @@ vendor/tasks/                        `veri tasks vendor` writes it (online), eve
   verifier/wheels/                   the wheels the test.sh lines name (`uvx --with X==V`, `pip install X==V`)
 build/tasks/runtime/<image id>/      a bundle image's runtime tree (mounted read-only at /veri/rt)
 build/tasks/tools/<hash>/            the verifier's tools (mounted read-only at /veri/tools)
+build/tasks/staged/<hash>/           a task's tests/ and solution/, copied where the stack's launcher reads them
+build/tasks/ is $VERI_TASKS_BUILD when set (the stack sets it: its launcher mounts it at the same path).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+from veri.core import envs
 
 RUNTIME_MOUNT = "/veri/rt"
 TOOLS_MOUNT = "/veri/tools"
@@ -31,4 +36,5 @@ def default_vendor_dir() -> Path:
 
 
 def default_build_dir() -> Path:
-    return checkout_root() / "build" / "tasks"
+    given = os.environ.get(envs.VERI_TASKS_BUILD)
+    return Path(given) if given else checkout_root() / "build" / "tasks"
