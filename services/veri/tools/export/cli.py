@@ -18,6 +18,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     sft.add_argument("job", metavar="JOB", help="a job (or eval) folder's name under --output, or its path")
     sft.add_argument("--min-reward", type=float, default=None, metavar="R",
                      help="only rollouts whose reward is >= R (rejection sampling: a job's best rollouts)")
+    sft.add_argument("--min-verifier-reward", type=float, default=None, metavar="R",
+                     help="Harbor tasks: only rollouts whose tests' own `reward` (reward.json's, else reward.txt's)"
+                          " is >= R, whatever the job's reward functions made of it. A rollout whose tests could"
+                          " not run is never exported (docs/harbor-tasks.md)")
     sft.add_argument("--steps", default=None, metavar="A:B",
                      help="only steps A..B-1 (Python's slice: 2:, :10, or one step K)")
     sft.add_argument("--out", type=Path, default=None, metavar="FILE",
@@ -39,7 +43,8 @@ def _export_sft(args: argparse.Namespace) -> int:
     try:
         layout = resolve_job(args.job, args.output or jobs_dir())
         out = args.out or Path("build/exports") / f"{layout.dir.name}.sft.jsonl"
-        summary = export_sft(layout, out, min_reward=args.min_reward, steps=parse_steps(args.steps))
+        summary = export_sft(layout, out, min_reward=args.min_reward, min_verifier_reward=args.min_verifier_reward,
+                             steps=parse_steps(args.steps))
     except ExportError as error:
         print(f"veri export sft: {error}", file=sys.stderr)
         return 1

@@ -9,11 +9,15 @@ branch: sub-agents, side calls, the history before a compaction), read from the 
     messages         the row's conversation: its last span's rendered messages + the reply (when recorded)
     job, step, task_index, rollout_index, rollout_id, row (0 = the final chain), row_kind, reward,
     policy_versions  provenance
+    prompt, task     the dataset row: its prompt (a Harbor task's instruction.md) and its other columns
+                     (a Harbor task's task_name, [metadata] keys and folder)
+    verifier         a Harbor task's tests' numbers (reward.json's keys and `reward`); None for other jobs
 
 TRL 1.16 (`SFTTrainer._prepare_dataset`) folds `completion_mask` into `labels` (-100 where 0) only with
 `completion_only_loss=True`; `veri sft` always sets it (`export.sft`). A row is exported when its record is
 `trainable` (no rule rejected it, it has a reward) and its step is complete (a metrics line: the rollouts of
-a step a job stopped in were never trained). An eval archive (`veri eval`, step 0) exports the rows a
+a step a job stopped in were never trained). A Harbor task's rollout whose tests could not run (verifier_*)
+is never exported, whatever reward its record carries: its reward is not the tests' word. An eval archive (`veri eval`, step 0) exports the rows a
 training step would have taken: a stronger policy's traces, for distillation.
 """
 
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from veri.archive import ArchiveLayout, read_metrics, read_rollout
+from veri.core.dataset import PROMPT
 from veri.core.rollout_record import RolloutRecord
 from veri.tools.export.errors import ExportError
 
@@ -122,8 +127,8 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
-def sft_lines(layout: ArchiveLayout, *, min_reward: float | None = None, steps: StepRange | None = None,
-              summary: ExportSummary | None = None) -> Iterator[dict[str, Any]]:
+def sft_lines(layout: ArchiveLayout, *, min_reward: float | None = None, min_verifier_reward: float | None = None,
+              steps: StepRange | None = None, summary: ExportSummary | None = None) -> Iterator[dict[str, Any]]:
     """The archive's trained rows as SFT lines (module docstring), in step, task, rollout, row order."""
     steps = steps or StepRange()
     summary = summary if summary is not None else ExportSummary(job=layout.dir.name)
@@ -143,14 +148,12 @@ def sft_lines(layout: ArchiveLayout, *, min_reward: float | None = None, steps: 
         except (OSError, ValueError):
             skip("unreadable")
             continue
-        if not record.trainable:
-            skip("not_trained")
+        why = left_out_because(record, min_reward=min_reward, min_verifier_reward=min_verifier_reward)
+        if why is not None:
+            skip(why)
             continue
         assert record.reward is not None and record.reward.reward is not None
         reward = record.reward.reward
-        if min_reward is not None and not reward >= min_reward:
-            skip("below_min_reward")
-            continue
         lines = list(record_lines(record, job=layout.dir.name, step=step))
         summary.rollouts += 1
         summary.rewards.append(reward)
@@ -164,6 +167,26 @@ def sft_lines(layout: ArchiveLayout, *, min_reward: float | None = None, steps: 
             yield line
 
 
+def left_out_because(record: RolloutRecord, *, min_reward: float | None = None,
+                     min_verifier_reward: float | None = None) -> str | None:
+    """Why a completed step's rollout is not exported (the summary's reason), or None: it is."""
+    verifier = record.verifier
+    if verifier is not None and not verifier.ran:
+        # The tests could not say anything: a reward from the job's own functions is not a score of the task.
+        return f"verifier_{verifier.error.value}"
+    if not record.trainable:
+        return "not_trained"
+    assert record.reward is not None and record.reward.reward is not None
+    if min_reward is not None and not record.reward.reward >= min_reward:
+        return "below_min_reward"
+    if min_verifier_reward is not None:
+        if verifier is None or verifier.reward is None:
+            return "no_verifier_reward"
+        if not verifier.reward >= min_verifier_reward:
+            return "below_min_verifier_reward"
+    return None
+
+
 def record_lines(record: RolloutRecord, *, job: str, step: int) -> Iterator[dict[str, Any]]:
     """One trainable record's rows (`Episode.rows` order: the final chain, then its branches)."""
     episode = record.episode
@@ -173,6 +196,7 @@ def record_lines(record: RolloutRecord, *, job: str, step: int) -> Iterator[dict
         chains.append((episode.chain_kind.value, episode.chain, episode.row))
     chains += [(b.kind.value, b.spans, b.row) for b in episode.branches if b.row is not None]
     reward = record.reward.reward if record.reward is not None else None
+    task = {key: value for key, value in record.task.items() if key != PROMPT}
     for position, (kind, spans, row) in enumerate(chains):
         last = by_index.get(spans[-1]) if spans else None
         messages = [*last.messages, last.reply_message] if last is not None and last.messages else []
@@ -184,15 +208,18 @@ def record_lines(record: RolloutRecord, *, job: str, step: int) -> Iterator[dict
             "job": job, "step": step, "task_index": record.task_index, "rollout_index": record.rollout_index,
             "rollout_id": record.rollout_id, "row": position, "row_kind": kind,
             "reward": reward if reward is None or math.isfinite(reward) else None, "policy_versions": versions,
+            "prompt": record.task.get(PROMPT), "task": task,
+            "verifier": record.verifier.scores() if record.verifier is not None else None,
         }
 
 
 def export_sft(layout: ArchiveLayout, out: Path, *, min_reward: float | None = None,
-               steps: StepRange | None = None) -> ExportSummary:
+               min_verifier_reward: float | None = None, steps: StepRange | None = None) -> ExportSummary:
     """Write the selection to `out` (atomically: a reader never sees half a file); an empty one is an ExportError."""
     steps = steps or StepRange()
-    if min_reward is not None and not math.isfinite(min_reward):
-        raise ExportError(f"--min-reward {min_reward}: give a finite number (rollouts with reward >= it are kept)")
+    for option, value in (("--min-reward", min_reward), ("--min-verifier-reward", min_verifier_reward)):
+        if value is not None and not math.isfinite(value):
+            raise ExportError(f"{option} {value}: give a finite number (rollouts with a reward >= it are kept)")
     completed = [line["step"] for line in read_metrics(layout.metrics)]
     if not completed:
         raise ExportError(f"{layout.dir.name} has no completed step (no line in {layout.metrics}): a step's rows are"
@@ -202,27 +229,43 @@ def export_sft(layout: ArchiveLayout, out: Path, *, min_reward: float | None = N
     temp = out.with_name(f".{out.name}.tmp")
     try:
         with open(temp, "w", encoding="utf-8") as handle:
-            for line in sft_lines(layout, min_reward=min_reward, steps=steps, summary=summary):
+            for line in sft_lines(layout, min_reward=min_reward, min_verifier_reward=min_verifier_reward, steps=steps,
+                                  summary=summary):
                 handle.write(json.dumps(line, ensure_ascii=False, allow_nan=False) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
         if not summary.rows:
-            raise ExportError(_empty(layout, completed, min_reward, steps, summary))
+            raise ExportError(_empty(layout, completed, min_reward, min_verifier_reward, steps, summary))
         os.replace(temp, out)
     finally:
         temp.unlink(missing_ok=True)
     return summary
 
 
-def _empty(layout: ArchiveLayout, completed: list[int], min_reward: float | None, steps: StepRange,
-           summary: ExportSummary) -> str:
+def _empty(layout: ArchiveLayout, completed: list[int], min_reward: float | None, min_verifier_reward: float | None,
+           steps: StepRange, summary: ExportSummary) -> str:
     chosen = [step for step in completed if step in steps]
     if not chosen:
         return (f"--steps {steps} selects no completed step of {layout.dir.name}: its completed steps are"
                 f" {completed[0]}..{completed[-1]}; widen --steps")
     skipped = ", ".join(f"{why} {count}" for why, count in sorted(summary.skipped.items())) or "no rollouts"
-    fix = ("lower --min-reward" if summary.skipped.get("below_min_reward")
-           else "pick steps whose rollouts were trained (veri job show / the console name them)")
     reward = f" with reward >= {min_reward}" if min_reward is not None else ""
+    if min_verifier_reward is not None:
+        reward += f" with the tests' reward >= {min_verifier_reward}"
     which = "all steps" if str(steps) == ":" else f"steps {steps}"
-    return f"no trained row{reward} in {which} of {layout.dir.name} (rollouts left out: {skipped}): {fix}"
+    return f"no trained row{reward} in {which} of {layout.dir.name} (rollouts left out: {skipped}): {_fix(summary)}"
+
+
+def _fix(summary: ExportSummary) -> str:
+    """The option to change for an empty export, from why its rollouts were left out."""
+    if summary.skipped.get("below_min_reward"):
+        return "lower --min-reward"
+    if summary.skipped.get("below_min_verifier_reward"):
+        return "lower --min-verifier-reward"
+    if summary.skipped.get("no_verifier_reward"):
+        return ("--min-verifier-reward keeps Harbor tasks' rollouts by their tests' `reward`, and these rollouts have"
+                " none (not Harbor tasks, or a reward.json without `reward`): use --min-reward")
+    if any(why.startswith("verifier_") for why in summary.skipped):
+        return ("the tasks' tests could not run (`veri debug rollout-K.json` says why, with the fix); pick steps"
+                " whose rollouts were verified")
+    return "pick steps whose rollouts were trained (veri job show / the console name them)"
