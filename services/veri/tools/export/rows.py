@@ -17,8 +17,9 @@ TRL 1.16 (`SFTTrainer._prepare_dataset`) folds `completion_mask` into `labels` (
 `completion_only_loss=True`; `veri sft` always sets it (`export.sft`). A row is exported when its record is
 `trainable` (no rule rejected it, it has a reward) and its step is complete (a metrics line: the rollouts of
 a step a job stopped in were never trained). A Harbor task's rollout whose tests could not run (verifier_*)
-is never exported, whatever reward its record carries: its reward is not the tests' word. An eval archive (`veri eval`, step 0) exports the rows a
-training step would have taken: a stronger policy's traces, for distillation.
+is never exported, whatever reward its record carries: its reward is not the tests' word. An eval archive
+(`veri eval`, step 0) exports the rows a training step would have taken: a stronger policy's traces, for
+distillation.
 """
 
 from __future__ import annotations

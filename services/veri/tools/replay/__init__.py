@@ -8,6 +8,8 @@
                                                                is `veri replay policy FILE`
     veri replay policy FILE --port P                           that policy: answers with the recorded
                                                                completions
+    veri replay record ... --record rollout-K.json             a Harbor task's rollout: its task, status
+                                                               and verifier result from its record
 
 A recording (`recording.py`) holds the harness's requests exactly as sent (in arrival order), the
 spans they produced, the episode (training row, env_mask, verdicts), and the reward with its
@@ -15,4 +17,9 @@ functions' source when known. A replay (`runner.py`) sends the same requests, in
 were answered, to a proxy whose policy (`policy.py`) answers every call with the recorded completion
 ids and logprobs, then `diff.py` compares the new spans, episode and reward with the recorded ones: any difference is a
 change in what veri would train on.
+
+A Harbor task's recording (`veri replay record --record rollout-K.json`, `sources.py`) also keeps the
+task's row and its verifier's result: the replay judges the episode (verifier_* rules) and scores the
+reward (the built-in verifier reward, the `verifier` input of other functions) from that recorded result.
+The task's tests are not run again.
 """

@@ -18,21 +18,33 @@ def register(commands: argparse._SubParsersAction) -> None:
     record = actions.add_parser("record", help="write one recording of a finished rollout of a recording proxy")
     record.add_argument("--proxy", required=True, help="proxy base URL, e.g. http://127.0.0.1:8000")
     record.add_argument("--token", default=os.environ.get(envs.VERI_CONTROL_TOKEN), help="control token")
-    record.add_argument("--rollout", required=True, metavar="ID", help="the rollout (its session recorded requests)")
+    record.add_argument("--rollout", default=None, metavar="ID",
+                        help="the rollout (its session recorded requests); default: --record's")
     record.add_argument("--out", required=True, type=Path, metavar="FILE", help="the recording (JSON)")
     record.add_argument("--name", default=None, help="what was recorded, e.g. the bundle (default: the file's stem)")
     record.add_argument("--note", default="", help="a line for whoever re-records it")
+    record.add_argument("--record", type=Path, metavar="JSON",
+                        help="the rollout's record (`veri run-harness --out`'s task-M/rollout-K.json, or a job"
+                             " archive's): its task, status, exit code and, for a Harbor task, its verifier's result,"
+                             " unless --task, --status, --exit-code or --verifier say otherwise")
     record.add_argument("--task", type=Path, metavar="JSON", help="the dataset row (a JSON file) the rewards read")
-    record.add_argument("--reward", type=Path, action="append", default=[], metavar="FILE",
-                        help="a reward file (its `reward` function, or its only one); repeat for several")
+    record.add_argument("--verifier", type=Path, metavar="JSON",
+                        help="a Harbor task's verifier result (a record's `verifier`, JSON): kept in the recording,"
+                             " so a replay judges and scores the rollout with it (the tests are not run again)")
+    record.add_argument("--reward", action="append", default=[], metavar="FILE",
+                        help="a reward file (its `reward` function, or its only one), or `verifier`: the built-in"
+                             " verifier reward (the default with a verifier result and no --reward); repeat for"
+                             " several")
     record.add_argument("--outputs", type=Path, metavar="DIR", help="the rollout's output folder the rewards read")
-    record.add_argument("--status", default="completed", choices=["completed", "failed", "truncated"],
-                        help="how the harness ended")
-    record.add_argument("--exit-code", type=int, default=None, help="the harness's exit status (default: unknown)")
+    record.add_argument("--status", default=None, choices=["completed", "failed", "truncated"],
+                        help="how the harness ended (default: --record's, else completed)")
+    record.add_argument("--exit-code", type=int, default=None,
+                        help="the harness's exit status (default: --record's, else unknown)")
     record.set_defaults(func=_record)
 
     run = actions.add_parser("run", help="replay recordings and diff their spans, episodes and rewards; exit 1 on any"
-                                         " difference")
+                                         " difference. A Harbor task's recording is judged and scored with the"
+                                         " verifier result it keeps: its tests are not run again")
     run.add_argument("recordings", type=Path, nargs="+", metavar="FILE",
                      help="recordings (`veri replay record --out`) to replay")
     run.add_argument("--proxy", default=None, help="replay through this proxy (its policy: `veri replay policy"
@@ -51,24 +63,35 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _record(args: argparse.Namespace) -> int:
-    from veri.core.config import RewardConfig
     from veri.core.episodes import RolloutStatus
     from veri.services.proxy.control_client import ControlClient, ControlError
     from veri.tools.replay.recording import RecordingError, record_rollout
+    from veri.tools.replay.sources import read_rollout_record, read_verifier, reward_configs
 
     try:
-        task = json.loads(args.task.read_text()) if args.task else None
+        made = read_rollout_record(args.record) if args.record else None
+        rollout = args.rollout or (made.rollout_id if made else None)
+        if rollout is None:
+            raise RecordingError("name the rollout: --rollout ID, or --record with its record")
+        if made is not None and made.rollout_id != rollout:
+            raise RecordingError(f"{args.record} is the record of rollout {made.rollout_id!r}, not {rollout!r}:"
+                                 " drop --rollout, or pass that rollout's record")
+        task = json.loads(args.task.read_text()) if args.task else (made.task if made else None)
+        verifier = read_verifier(args.verifier) if args.verifier else (made.verifier if made else None)
+        status = RolloutStatus(args.status) if args.status else (made.status if made else RolloutStatus.COMPLETED)
+        exit_code = args.exit_code if args.exit_code is not None else (made.exit_code if made else None)
         recording = record_rollout(
-            ControlClient(args.proxy, token=args.token), args.rollout, name=args.name or args.out.stem,
-            note=args.note, task=task, rewards=[RewardConfig(file=path) for path in args.reward],
-            outputs=args.outputs, status=RolloutStatus(args.status), exit_code=args.exit_code,
+            ControlClient(args.proxy, token=args.token), rollout, name=args.name or args.out.stem,
+            note=args.note, task=task, rewards=reward_configs(args.reward), outputs=args.outputs, status=status,
+            exit_code=exit_code, verifier=verifier,
         )
     except (ControlError, RecordingError, OSError, ValueError) as error:
         print(f"veri replay record: {error}", file=sys.stderr)
         return 1
     recording.save(args.out)
     reward = recording.reward.reward if recording.reward else None
-    print(f"{args.out}: {len(recording.requests)} requests, {len(recording.spans)} spans, reward {reward}")
+    kept = f"; verifier result kept ({recording.verifier.line()})" if recording.verifier else ""
+    print(f"{args.out}: {len(recording.requests)} requests, {len(recording.spans)} spans, reward {reward}{kept}")
     return 0
 
 

@@ -1,4 +1,10 @@
-"""The recording file: one rollout's requests as sent, its spans, episode and reward (JSON lines)."""
+"""The recording file: one rollout's requests as sent, its spans, episode and reward (JSON lines).
+
+A Harbor task's rollout also keeps its verifier's result (`verifier`): a replay judges the episode with it
+(the verifier_* rules) and scores the reward from it (the built-in `verifier` reward, and the `verifier`
+input of the job's own functions). The task's tests are not run again: the replay checks what veri makes
+of their recorded result, not the tests. A recording without one (made before Harbor tasks) replays as it did.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +17,10 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from veri.core.config import RewardConfig
+from veri.core.config import VERIFIER_REWARD, RewardConfig
 from veri.core.episodes import Episode, RolloutStatus, build_episode
 from veri.core.records import CaptureConfig, RecordedRequest, Span
-from veri.core.rollout_record import RewardOutcome
+from veri.core.rollout_record import RewardOutcome, VerifierRecord
 from veri.services.proxy.control_client import ControlClient
 
 FORMAT = "veri-replay/1"
@@ -41,6 +47,9 @@ class Recording(BaseModel):
     rewards: list[RewardConfig] = Field(default_factory=list, description="the reward functions, inline source")
     outputs: dict[str, str] = Field(default_factory=dict, description="the harness's output files the rewards read")
     reward: RewardOutcome | None = None
+    verifier: VerifierRecord | None = Field(
+        default=None, description="a Harbor task's verifier result (the record's): the episode's verifier_* rules"
+        " and the `verifier` reward come from it; the tests are not run again")
 
     def save(self, path: Path) -> None:
         """JSON lines: the header, then one line per request, per span, and the episode, so a
@@ -80,8 +89,10 @@ def _first_problem(error: Exception) -> str:
     return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
-def episode_of(spans: list[Span], status: RolloutStatus, exit_code: int | None) -> Episode:
-    return build_episode(spans, status, exit_code=exit_code)
+def episode_of(spans: list[Span], status: RolloutStatus, exit_code: int | None,
+               verifier: VerifierRecord | None = None) -> Episode:
+    """The episode the trainer builds from these spans (with a Harbor task's verifier verdict, if any)."""
+    return build_episode(spans, status, exit_code=exit_code, verifier=verifier.result() if verifier else None)
 
 
 @contextmanager
@@ -97,17 +108,36 @@ def outputs_folder(outputs: dict[str, str]) -> Iterator[Path | None]:
 
 
 def score(recording: Recording, spans: list[Span], episode: Episode) -> RewardOutcome | None:
-    """The recording's reward functions on these spans (None when it has no task or functions)."""
-    if recording.task is None or not recording.rewards:
+    """The recording's reward functions on these spans (None when it has no functions, or neither a task
+    nor a verifier result for them to read). A verifier's reward is its recorded result's."""
+    if not recording.rewards or (recording.task is None and recording.verifier is None):
         return None
     from veri.loop.rewards.functions import RewardInputs
     from veri.loop.rewards.loading import load_reward_functions
     from veri.loop.rewards.scoring import RewardScorer
 
-    functions = load_reward_functions(recording.rewards, [key for key in recording.task if key != "prompt"])
+    task = recording.task or {}
+    # The dataset's columns check a job's functions before it starts; a recording's verifier result is what
+    # the built-in verifier reward needs (whatever row came with it).
+    columns = None if recording.verifier is not None else [key for key in task if key != "prompt"]
+    functions = load_reward_functions(recording.rewards, columns)
     ids = episode.row.completion_ids if episode.row is not None else None
     with outputs_folder(recording.outputs) as outputs, RewardScorer(functions, REWARD_TIMEOUT_S) as scorer:
-        return scorer.score(RewardInputs.from_spans(recording.task, spans, ids, outputs=outputs))
+        inputs = RewardInputs.from_spans(task, spans, ids, outputs=outputs)
+        inputs.verifier = recording.verifier.scores() if recording.verifier is not None else None
+        return scorer.score(inputs)
+
+
+def rewards_for(rewards: list[RewardConfig], verifier: VerifierRecord | None) -> list[RewardConfig]:
+    """The functions a recording scores with: a Harbor rollout with none named gets the built-in verifier
+    reward, as a job on a `harbor:` dataset without `rewards:` does."""
+    builtin = any(reward.builtin == VERIFIER_REWARD for reward in rewards)
+    if builtin and verifier is None:
+        raise RecordingError("the built-in verifier reward scores a Harbor task's rollout from its verifier's"
+                             " result: pass the rollout's record (--record rollout-K.json) or --verifier FILE")
+    if not rewards and verifier is not None:
+        return [RewardConfig(builtin=VERIFIER_REWARD)]
+    return rewards
 
 
 def inline_rewards(rewards: list[RewardConfig]) -> list[RewardConfig]:
@@ -142,8 +172,11 @@ def record_rollout(
     control: ControlClient, rollout_id: str, *, name: str, note: str = "", task: dict[str, Any] | None = None,
     rewards: list[RewardConfig] | None = None, outputs: Path | None = None,
     status: RolloutStatus = RolloutStatus.COMPLETED, exit_code: int | None = None,
+    verifier: VerifierRecord | None = None,
 ) -> Recording:
-    """A recording of one finished rollout of a proxy that recorded its requests."""
+    """A recording of one finished rollout of a proxy that recorded its requests (`verifier`: a Harbor
+    task's verifier result, from its record)."""
+    rewards = rewards_for(rewards or [], verifier)
     requests = control.recorded_requests(rollout_id)
     if not requests:
         raise RecordingError(f"the proxy kept no requests of rollout {rollout_id!r}: open its session with"
@@ -154,11 +187,11 @@ def record_rollout(
         raise RecordingError(f"requests {unanswered} of rollout {rollout_id!r} have no answer yet: record it once"
                              " the harness has finished")
     spans = control.spans(rollout_id)
-    episode = episode_of(spans, status, exit_code)
+    episode = episode_of(spans, status, exit_code, verifier)
     recording = Recording(
         name=name, note=note, capture=control.capture_config(), requests=requests, spans=spans, status=status,
-        exit_code=exit_code, episode=episode, task=task, rewards=inline_rewards(rewards or []),
-        outputs=read_outputs(outputs),
+        exit_code=exit_code, episode=episode, task=task, rewards=inline_rewards(rewards),
+        outputs=read_outputs(outputs), verifier=verifier,
     )
     recording.reward = score(recording, spans, episode)
     return recording

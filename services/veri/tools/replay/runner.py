@@ -58,7 +58,7 @@ def replay_through(recording: Recording, proxy_url: str, *, token: str | None = 
                 spans = _new_spans(control, session.rollout_id, spans, recording.spans, id_map)
     control.close_session(session.rollout_id)
     spans = control.spans(session.rollout_id)
-    episode = episode_of(spans, recording.status, recording.exit_code)
+    episode = episode_of(spans, recording.status, recording.exit_code, recording.verifier)
     return Replay(spans, statuses, episode, score(recording, spans, episode), id_map)
 
 
