@@ -56,3 +56,16 @@ def test_the_launch_settings_carry_the_resolved_tasks(harbor_job):
     options = TrainOptions(proxy_url="http://p", policy_urls=[], output_root=Path("/tmp"), job_name="j",
                            sandbox="docker", image="veri/harness-x:1", harbor_tasks=resolved)
     assert launch_settings(harbor_job, options).harbor_tasks == resolved
+
+
+def test_a_jobs_start_prints_what_it_built_and_counts_what_was_built_before(capsys):
+    from veri.tools.tasks.job import _BuildLines
+
+    lines = _BuildLines()
+    for line in ("tasks build: veri/task-a:1 is up to date", "tasks build: veri/task-b:2 built (0 answers)",
+                 "tasks build: veri/task-c:3 is up to date"):
+        lines(line)
+    lines.summary(3)
+    assert capsys.readouterr().err.splitlines() == [
+        "tasks build: veri/task-b:2 built (0 answers)",
+        "tasks: 3 Harbor tasks ready (2 images already built, the rest built above)"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -39,10 +40,15 @@ def _tiny_vllm(args: argparse.Namespace) -> int:
 
 
 def _smollm2(args: argparse.Namespace) -> int:
+    from veri.infra.quiet import quiet_libraries
     from veri.tools.models.smollm2 import convert_smollm2
 
+    log = args.out.parent / f"{args.out.name}.log"  # transformers' notes: not the terminal
+    os.environ["TQDM_DISABLE"] = "1"  # the GGUF conversion's own tqdm bars, which no library switch reaches
     try:
-        print(convert_smollm2(args.out))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with quiet_libraries(log):
+            print(convert_smollm2(args.out))
     except ModuleNotFoundError as missing:
         print(f"veri model smollm2: {missing}", file=sys.stderr)
         return 2
