@@ -53,7 +53,7 @@ def stack(docker_client, tiny_model: Path, tmp_path_factory) -> Iterator[Stack]:
                     env={**os.environ, "VERI_ROLLOUTS_NETWORK": NETWORK, "VERI_CONTROL_TOKEN": running.token})
 
 
-def write_job(folder: Path, model: Path, split: str, tasks: list[str]) -> Path:
+def write_job(folder: Path, model: Path, split: str, tasks: list[str], **settings: object) -> Path:
     """A job on copies of `tasks` of the CPU demo's `split` (train or held_out), in folder/tasks."""
     for name in tasks:
         shutil.copytree(DEMO / split / name, folder / "tasks" / name)
@@ -62,7 +62,7 @@ def write_job(folder: Path, model: Path, split: str, tasks: list[str]) -> Path:
         "image_map": {"python:3.11-slim": "veri/os-base"}, "harness_bundle": str(BUNDLE),
         "rollouts_per_prompt": 2, "max_turns": 1, "max_response_length": 64, "sampling": {"max_tokens": 16},
         "learning_rate": 1e-4, "max_steps": 2, "harness_timeout_s": 120, "max_parallel_rollouts": 4,
-        "grpo": {"per_device_train_batch_size": 4},
+        "grpo": {"per_device_train_batch_size": 4}, **settings,
     }
     path = folder / "job.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -78,7 +78,9 @@ def veri(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_two_steps_on_harbor_tasks(stack: Stack, tiny_model: Path, tmp_path: Path):
     tasks = ["copy-apple-to-violet", "count-errors-0"]
-    job = write_job(tmp_path, tiny_model, "train", tasks)
+    # asynchronous (tests/stack/test_train_harbor.py runs a synchronous job through make train): a group
+    # may sample while the trainer steps, its sandboxes and verifier as in the synchronous loop
+    job = write_job(tmp_path, tiny_model, "train", tasks, max_staleness=1)
     name = f"harbor-train-{uuid.uuid4().hex[:6]}"
     veri(stack, "train", str(job), "--base-dir", str(tmp_path), "--name", name, "--output", str(tmp_path / "jobs"))
     job_dir = tmp_path / "jobs" / name
@@ -105,6 +107,7 @@ def test_two_steps_on_harbor_tasks(stack: Stack, tiny_model: Path, tmp_path: Pat
         assert (archived / "reward.txt").is_file(), (where, sorted(p.name for p in path.parent.iterdir()))
         assert "reward.txt" in record.verifier.files, record.verifier.files
     for line in metrics:
+        assert line["staleness/max"] <= 1, line
         assert "reward_fn/verifier/mean" in line, sorted(line)
         assert line.get("verifier/verified") == len(tasks) * 2 and line.get("verifier/failed") == 0, line
         assert isinstance(line.get("train/loss"), float), line
