@@ -60,7 +60,7 @@ def results(backend: KubernetesBackend, tmp_path_factory: pytest.TempPathFactory
     group = GroupLaunch(max_parallel=2, launches=[
         task_launch("hello-oracle", "hello"),
         task_launch("hello-nop", "hello", agent="nop"),
-        task_launch("attack", "hello", solution=TASKS / "agents/attack", cpus=1),  # its forger loops through the verifier
+        task_launch("attack", "hello", solution=TASKS / "agents/attack", cpus=1),  # its forger loops on
         task_launch("multi-oracle", "multi-reward"),
         task_launch("overrun", "hello", solution=TASKS / "agents/overrun", agent_timeout_s=4),
         task_launch("users", "users", agent="harness", harness_command=["sh", "-c", HARNESS], agent_user="nobody",

@@ -198,5 +198,5 @@ def test_the_local_backend_refuses_a_task(tmp_path):
     task = TaskEnvironment(image="i", tests_dir="/t", agent="nop")
     launch = RolloutLaunch(rollout_id="r", image="i", env={}, timeout_s=5, task_env=task)
     result = asyncio.run(LocalBackend().run(launch, tmp_path / "out"))
-    assert result.status == "failed" and "only on the docker backend" in result.infrastructure_error
+    assert result.status == "failed" and "runs on the docker and kubernetes backends" in result.infrastructure_error
     assert "--backend docker" in result.infrastructure_error
