@@ -51,12 +51,15 @@ def test_a_mapped_from_passes_and_a_map_to_a_missing_image_is_named(job_dir: Pat
     assert validate(job_dir, tasks, monkeypatch, images=("python:3.11-slim",)).problems == []  # a local FROM
 
 
-def test_the_kubernetes_backend_is_refused_with_the_fix(job_dir: Path, tasks: Path, monkeypatch):
+def test_the_kubernetes_backend_runs_them_and_a_note_says_what_the_nodes_need(job_dir: Path, tasks: Path,
+                                                                              monkeypatch):
     monkeypatch.setenv("VERI_LAUNCHER_BACKEND", "kubernetes")
     report = validate(job_dir, tasks, monkeypatch, images=("python:3.11-slim",))
-    [problem] = report.problems
-    assert problem.where == "dataset.harbor" and "the docker backend" in problem.message
-    assert "unset VERI_LAUNCHER_BACKEND" in problem.fix
+    assert report.problems == []
+    assert any("the launcher is kubernetes" in note and "--registry" in note for note in report.notes), report.notes
+    monkeypatch.delenv("VERI_LAUNCHER_BACKEND")
+    assert not any("kubernetes" in note for note in validate(job_dir, tasks, monkeypatch,
+                                                             images=("python:3.11-slim",)).notes)
 
 
 def test_without_a_daemon_the_images_are_a_note(job_dir: Path, tasks: Path, monkeypatch):

@@ -104,7 +104,8 @@ def test_objects_as_the_apiserver_stores_them(backend: KubernetesBackend, tmp_pa
 
     policies = client.NetworkingV1Api(backend.api).list_namespaced_network_policy(ns).items
     by_egress = {p.spec.pod_selector.match_labels["veri.egress"]: p for p in policies}
-    assert set(by_egress) == {"web", "none"}
+    assert set(by_egress) == {"web", "none", "offline"}
+    assert by_egress.pop("offline").spec.egress is None  # a task pod's verifier: no egress rule, nothing out
     for policy in by_egress.values():
         assert policy.spec.policy_types == ["Ingress", "Egress"] and not policy.spec.ingress
         assert policy.spec.egress[0].ports[0].port == 8000
@@ -172,14 +173,18 @@ def test_sweep_after_a_launcher_crash(backend: KubernetesBackend, k8s_cluster: K
     for i in range(3):
         rollout = launch(f"crashed-{i}", run_s=120)
         (tmp_path / rollout.rollout_id).mkdir()
-        backend._create(rollout, objects.object_name(rollout.rollout_id), rollout.rollout_id, "web")
+        name = objects.object_name(rollout.rollout_id)
+        backend._create(rollout, name, "web", objects.job_manifest(rollout, name, backend.pod, backend.output,
+                                                                   rollout.rollout_id, "web"))
     orphan = launch("orphan-secret")
     backend.core.create_namespaced_secret(backend.pod.namespace, objects.secret_manifest(
         orphan, objects.object_name(orphan.rollout_id), backend.pod, "web"))
     other = KubernetesBackend(namespace=backend.pod.namespace, launcher_id="someone-else", output_root=tmp_path,
                               kubeconfig=k8s_cluster.kubeconfig)
     bystander = launch("bystander", run_s=120)
-    other._create(bystander, objects.object_name(bystander.rollout_id), "bystander", "web")
+    name = objects.object_name(bystander.rollout_id)
+    other._create(bystander, name, "web", objects.job_manifest(bystander, name, other.pod, other.output, "bystander",
+                                                               "web"))
 
     restarted = KubernetesBackend(namespace=backend.pod.namespace, launcher_id=backend.pod.launcher_id,
                                   output_root=tmp_path, kubeconfig=k8s_cluster.kubeconfig)

@@ -96,7 +96,10 @@ def test_object_names_are_dns_labels_and_distinct(rollout_id: str) -> None:
 def test_network_policies_isolate_each_egress_mode() -> None:
     policies = {p["spec"]["podSelector"]["matchLabels"]["veri.egress"]: p
                 for p in objects.network_policies("rollouts", "ci", {"app": "proxy"}, 8000)}
-    assert set(policies) == {"web", "none"}
+    assert set(policies) == {"web", "none", "offline"}
+    offline = policies.pop("offline")  # a Harbor task's pod while its verifier runs: nothing out, nothing in
+    assert offline["spec"]["egress"] == [] and offline["spec"]["ingress"] == []
+    assert offline["spec"]["policyTypes"] == ["Ingress", "Egress"]
     for policy in policies.values():
         assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
         assert policy["spec"]["ingress"] == []
@@ -139,6 +142,7 @@ def test_host_aliases_pin_a_stack_outside_the_cluster() -> None:
                 for p in objects.network_policies("rollouts", "ci", {"app": "proxy"}, 18000, None,
                                                   ("172.17.0.1", "172.17.0.1"))}
     outside = {"ipBlock": {"cidr": "172.17.0.1/32"}}
+    assert policies.pop("offline") == []
     for egress in policies.values():  # the proxy's port at that address, whatever the egress
         assert egress[0] == {"to": [{"podSelector": {"matchLabels": {"app": "proxy"}}}, outside],
                              "ports": [{"protocol": "TCP", "port": 18000}]}

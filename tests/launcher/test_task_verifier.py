@@ -19,8 +19,8 @@ from veri.core.harbor_task import load_task
 from veri.core.launch import RolloutLaunch, TaskEnvironment, VerifierResult, task_environment
 from veri.core.rules import Effect, Rule, VerifierError
 from veri.services.launcher import task_sandbox, verifier
-from veri.services.launcher.docker_task import _read_turn
 from veri.services.launcher.local import LocalBackend
+from veri.services.launcher.task_steps import read_turn
 
 NONCE = "n0nce"
 
@@ -114,9 +114,9 @@ def test_markers_without_the_nonce_are_text():
 
 def test_only_the_first_pid_line_is_the_agents_init():
     stdout = f"==veri:{NONCE}:pid== 7\n==veri:{NONCE}:pid== 1\n==veri:{NONCE}:exit== 0\n"
-    turn = _read_turn(stdout, NONCE)
+    turn = read_turn(stdout, NONCE)
     assert turn.pid == 7 and turn.exit_code == 0 and turn.error is None
-    assert _read_turn(f"==veri:{NONCE}:pid== 9\n==veri:{NONCE}:error== no user x\n", NONCE).error \
+    assert read_turn(f"==veri:{NONCE}:pid== 9\n==veri:{NONCE}:error== no user x\n", NONCE).error \
         == "the task's sandbox could not start the agent: no user x"
 
 
@@ -198,5 +198,5 @@ def test_the_local_backend_refuses_a_task(tmp_path):
     task = TaskEnvironment(image="i", tests_dir="/t", agent="nop")
     launch = RolloutLaunch(rollout_id="r", image="i", env={}, timeout_s=5, task_env=task)
     result = asyncio.run(LocalBackend().run(launch, tmp_path / "out"))
-    assert result.status == "failed" and "only on the docker backend" in result.infrastructure_error
+    assert result.status == "failed" and "runs on the docker and kubernetes backends" in result.infrastructure_error
     assert "--backend docker" in result.infrastructure_error

@@ -1,6 +1,6 @@
 """`veri validate` on a job whose dataset is Harbor task folders: before any rollout, every task's `FROM`
-must be had offline (on this machine, or mapped by the job's `image_map:` to an image that is), and the
-sandbox backend must be docker (only it runs a task's own image and its verifier)."""
+must be had offline (on this machine, or mapped by the job's `image_map:` to an image that is). On a
+kubernetes launcher a note says what the nodes must have."""
 
 from __future__ import annotations
 
@@ -32,13 +32,14 @@ def harbor_folders(config: JobConfig) -> list[tuple[str, Path]]:
     return found
 
 
-def backend_problems(folders: list[tuple[str, Path]]) -> list[Problem]:
+def backend_notes(folders: list[tuple[str, Path]]) -> list[str]:
+    """What a kubernetes launcher needs for Harbor tasks (its rollouts fail naming it otherwise)."""
     if not folders or os.environ.get(BACKEND_VARIABLE, "docker") != "kubernetes":
         return []
-    return [Problem(folders[0][0], f"Harbor tasks run in their own image, then their verifier: the docker backend "
-                                   f"does that, and this stack's launcher is kubernetes ({BACKEND_VARIABLE})",
-                    f"run the job on the docker backend: unset {BACKEND_VARIABLE} (or set it to docker) and "
-                    "`make up` again")]
+    return [f"{folders[0][0]}: the launcher is kubernetes ({BACKEND_VARIABLE}): each task runs in its image on a "
+            "node, which must have it (its Docker: `veri tasks build` there) or pull it from the launcher's "
+            "--registry; the launcher reads the image's config from that registry, else from a Docker it reaches; "
+            "the runtime tree and verifier tools are hostPath volumes at the launcher's path of build/tasks"]
 
 
 def missing_bases(folders: list[tuple[str, Path]], image_map: dict[str, str], has_image: Any) -> list[Problem]:

@@ -331,13 +331,13 @@ def _harbor(config: JobConfig, context: CheckContext) -> list[Problem]:
     folders = harbor_checks.harbor_folders(config)
     if not folders or context.tasks is None:  # a dataset that could not be read is named once, by _dataset
         return []
-    problems = harbor_checks.backend_problems(folders)
+    context.notes.extend(harbor_checks.backend_notes(folders))
     has_image = harbor_checks.docker_has_image()
     if has_image is None:
         context.notes.append("dataset.harbor: the tasks' FROM images were not checked (no Docker daemon answers "
                              "here); `veri tasks build` checks them")
-        return problems
-    return problems + harbor_checks.missing_bases(folders, config.image_map, has_image)
+        return []
+    return harbor_checks.missing_bases(folders, config.image_map, has_image)
 
 
 CHECKS: list[tuple[tuple[str, ...], Check]] = [

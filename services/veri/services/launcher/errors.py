@@ -38,9 +38,9 @@ class DockerdAway(LauncherError):
 
 
 def task_env_refused(backend: str) -> str:
-    """Why a backend other than docker refuses a Harbor task's launch (its `task_env`), with the fix."""
-    return (f"a Harbor task (a launch with task_env) runs only on the docker backend: its verifier needs a "
-            f"privileged exec into the running sandbox, which the {backend} backend does not have; run the job "
+    """Why a backend without sandboxes (local) refuses a Harbor task's launch (its `task_env`), with the fix."""
+    return (f"a Harbor task (a launch with task_env) runs on the docker and kubernetes backends: its verifier needs "
+            f"an exec into the task's running sandbox, which the {backend} backend does not have; run the job "
             "with the docker launcher (`veri serve launcher --backend docker`, the default; unset "
-            "VERI_LAUNCHER_BACKEND for `make up`)")
+            "VERI_LAUNCHER_BACKEND for `make up`) or the kubernetes one")
 

@@ -85,10 +85,12 @@ echo "==veri:$N:end=="
     .replace("REWARD_MAX", str(REWARD_FILE_MAX)).replace("FILES_MAX", str(FILES_TAR_MAX))
 
 
-def command(nonce: str, workdir: str, timeout_s: float, user: str | None, setup_path: str) -> list[str]:
-    """The verifier exec's command (run as root, privileged, with the tests' tar on its stdin)."""
-    return ["unshare", "-m", "--propagation", "private", "sh", "-c", SCRIPT, "veri-verify", nonce, workdir,
-            f"{max(1, math.ceil(timeout_s))}", user or "", setup_path]
+def command(nonce: str, workdir: str, timeout_s: float, user: str | None, setup_path: str,
+            own_network: bool = False) -> list[str]:
+    """The verifier exec's command (run as root, privileged, with the tests' tar on its stdin). `own_network`:
+    in a network namespace of its own too (loopback only), where the sandbox's network cannot be taken away."""
+    return ["unshare", "-m", *(["-n"] if own_network else []), "--propagation", "private", "sh", "-c", SCRIPT,
+            "veri-verify", nonce, workdir, f"{max(1, math.ceil(timeout_s))}", user or "", setup_path]
 
 
 def path_for_tests(image_path: str | None, task_env: dict[str, str], verifier_env_: dict[str, str],

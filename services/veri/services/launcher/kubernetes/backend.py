@@ -4,7 +4,8 @@ A rollout: its Secret (the API key), its Job (objects.py: gVisor RuntimeClass, n
 root, no capabilities, no service-account token, limits, `activeDeadlineSeconds` = the harness
 timeout), then the Secret is given the Job as owner. The shared watches (watch.py) say how it ends;
 the pod's log tail is read through the API; then the Job is deleted with foreground propagation (its
-pod and Secret go first). Creation passes a token bucket (`create_per_second`, `create_burst`) and at
+pod and Secret go first). A Harbor task's launch runs its own Job (task_run.py).
+Creation passes a token bucket (`create_per_second`, `create_burst`) and at
 most `max_sandboxes` rollouts are alive at once.
 
 Statuses as the docker backend's: exit 0 completed; another exit failed (`exit_nonzero`); past the
@@ -41,11 +42,13 @@ from urllib3.exceptions import HTTPError
 from veri.core.episodes import RolloutStatus
 from veri.core.launch import LaunchResult, RolloutLaunch
 from veri.core.registry import RegistryError, check_registry
-from veri.services.launcher.errors import ImageProblem, SandboxUnavailable, task_env_refused
+from veri.services.launcher.errors import ImageProblem, SandboxUnavailable
 from veri.services.launcher.kubernetes import objects
 from veri.services.launcher.kubernetes.image_egress import ImageEgress
 from veri.services.launcher.kubernetes.objects import Egress, OutputVolume, PodSettings
 from veri.services.launcher.kubernetes.pacing import CreationPacer
+from veri.services.launcher.kubernetes.task_image import TaskImages
+from veri.services.launcher.kubernetes.task_run import run_task
 from veri.services.launcher.kubernetes.watch import FATAL_WAITING, ClusterWatch, RolloutState
 from veri.services.launcher.outputs import enforce_output_cap, hand_back, prepare_output
 from veri.services.launcher.tails import Tail
@@ -103,6 +106,7 @@ class KubernetesBackend:
                                    host_path=None if output_claim else output_host_path or str(self.output_root))
         self.max_sandboxes = max_sandboxes
         self.image_egress = ImageEgress(registry, fallback=egress, insecure=registry_insecure)
+        self.task_images = TaskImages(registry, insecure=registry_insecure)
         self.create_per_second, self.create_burst = create_per_second, create_burst
         self.api = api_client or _api_client(kubeconfig, pool_size=2 * max_sandboxes + 8)
         self.core = client.CoreV1Api(self.api)
@@ -128,13 +132,12 @@ class KubernetesBackend:
 
     async def run(self, launch: RolloutLaunch, output_dir: Path) -> LaunchResult:
         started = time.time()
-        if launch.task_env is not None:
-            return LaunchResult(rollout_id=launch.rollout_id, status=RolloutStatus.FAILED, started_at=started,
-                                infrastructure_error=task_env_refused(self.name), duration_s=0.0)
         slots, pacer = self._loop_gates()
         async with slots:
             await pacer.wait()
             try:
+                if launch.task_env is not None:  # a Harbor task: its own image, then its verifier (task_run.py)
+                    return await run_task(self, launch, Path(output_dir).absolute(), started)
                 return await self._run(launch, Path(output_dir).absolute(), started)
             except ImageProblem as exc:
                 error = str(exc)
@@ -176,7 +179,8 @@ class KubernetesBackend:
         state = self.watch.track(name)
         creating: asyncio.Future | None = None
         try:
-            creating = asyncio.ensure_future(self._call(self._create, launch, name, subpath, egress))
+            body = objects.job_manifest(launch, name, self.pod, self.output, subpath, egress)
+            creating = asyncio.ensure_future(self._call(self._create, launch, name, egress, body))
             await asyncio.shield(creating)
             created = time.time()
             self.created_at.append(created)
@@ -256,11 +260,10 @@ class KubernetesBackend:
             except TimeoutError:
                 pass
 
-    def _create(self, launch: RolloutLaunch, name: str, subpath: str, egress: Egress) -> None:
-        """Secret, Job, then the Job as the Secret's owner (blocking; the pool)."""
+    def _create(self, launch: RolloutLaunch, name: str, egress: Egress, body: dict[str, Any]) -> None:
+        """Secret, Job (`body`), then the Job as the Secret's owner (blocking; the pool)."""
         ns = self.pod.namespace
         self.core.create_namespaced_secret(ns, objects.secret_manifest(launch, name, self.pod, egress))
-        body = objects.job_manifest(launch, name, self.pod, self.output, subpath, egress)
         job = self.batch.create_namespaced_job(ns, body, _preload_content=False)
         created = _json(job)
         self.core.patch_namespaced_secret(name, ns, {"metadata": {"ownerReferences": [

@@ -61,36 +61,45 @@ class ImageEgress:
 
     def _label(self, image: str) -> str | None:
         assert self.registry is not None
-        host, _, prefix = self.registry.partition("/")
-        name, _, tag = image.rpartition(":")
-        if not name or "/" in tag:
-            name, tag = image, "latest"
-        repository = f"{prefix}/{name}" if prefix else name
-        base = f"{self.scheme}://{host}/v2/{repository}"
-        try:
-            with httpx.Client(timeout=30) as http:
-                manifest = self._get(http, f"{base}/manifests/{tag}", repository, MANIFEST_TYPES)
-                if "manifests" in manifest:  # an index: the linux/amd64 image
-                    entry = next((m for m in manifest["manifests"]
-                                  if (m.get("platform") or {}).get("architecture") == "amd64"), None)
-                    if entry is None:
-                        raise ImageProblem(f"{host}/{repository}:{tag} has no linux/amd64 image")
-                    manifest = self._get(http, f"{base}/manifests/{entry['digest']}", repository, MANIFEST_TYPES)
-                config = self._get(http, f"{base}/blobs/{manifest['config']['digest']}", repository, "*/*")
-        except (httpx.HTTPError, KeyError, ValueError) as exc:
-            raise ImageProblem(f"cannot read {image!r}'s egress label from registry {self.registry} "
-                               f"({type(exc).__name__}: {exc}): push it with `veri harness push --registry "
-                               f"{self.registry} BUNDLE` (an http registry: --registry-insecure)") from None
-        return ((config.get("config") or {}).get("Labels") or {}).get(egress_policy.LABEL_EGRESS)
+        config = registry_config(self.registry, image, self.scheme)
+        return (config.get("Labels") or {}).get(egress_policy.LABEL_EGRESS)
 
-    def _get(self, http: httpx.Client, url: str, repository: str, accept: str) -> dict[str, Any]:
-        response = http.get(url, headers={"Accept": accept}, follow_redirects=True)
-        if response.status_code == 401:  # anonymous pull token (the distribution spec's bearer flow)
-            token = _anonymous_token(http, response.headers.get("www-authenticate", ""), repository)
-            response = http.get(url, headers={"Accept": accept, "Authorization": f"Bearer {token}"},
-                                follow_redirects=True)
-        response.raise_for_status()
-        return json.loads(response.content)
+
+def registry_config(registry: str, image: str, scheme: str = "https") -> dict[str, Any]:
+    """The image's config (its config blob's `config`: Labels, User, WorkingDir, Env) from `registry`, as
+    the nodes pull it (blocking). Raises ImageProblem, naming the fix, when it cannot be read."""
+    host, _, prefix = registry.partition("/")
+    name, _, tag = image.rpartition(":")
+    if not name or "/" in tag:
+        name, tag = image, "latest"
+    repository = f"{prefix}/{name}" if prefix else name
+    base = f"{scheme}://{host}/v2/{repository}"
+    try:
+        with httpx.Client(timeout=30) as http:
+            manifest = _get(http, f"{base}/manifests/{tag}", repository, MANIFEST_TYPES)
+            if "manifests" in manifest:  # an index: the linux/amd64 image
+                entry = next((m for m in manifest["manifests"]
+                              if (m.get("platform") or {}).get("architecture") == "amd64"), None)
+                if entry is None:
+                    raise ImageProblem(f"{host}/{repository}:{tag} has no linux/amd64 image")
+                manifest = _get(http, f"{base}/manifests/{entry['digest']}", repository, MANIFEST_TYPES)
+            config = _get(http, f"{base}/blobs/{manifest['config']['digest']}", repository, "*/*")
+    except (httpx.HTTPError, KeyError, ValueError) as exc:
+        raise ImageProblem(f"cannot read {image!r}'s config from registry {registry} "
+                           f"({type(exc).__name__}: {exc}): push it with `veri harness push --registry "
+                           f"{registry} BUNDLE` (an http registry: --registry-insecure)") from None
+    found: dict[str, Any] = config.get("config") or {}
+    return found
+
+
+def _get(http: httpx.Client, url: str, repository: str, accept: str) -> dict[str, Any]:
+    response = http.get(url, headers={"Accept": accept}, follow_redirects=True)
+    if response.status_code == 401:  # anonymous pull token (the distribution spec's bearer flow)
+        token = _anonymous_token(http, response.headers.get("www-authenticate", ""), repository)
+        response = http.get(url, headers={"Accept": accept, "Authorization": f"Bearer {token}"},
+                            follow_redirects=True)
+    response.raise_for_status()
+    return json.loads(response.content)
 
 
 def _anonymous_token(http: httpx.Client, challenge: str, repository: str) -> str:

@@ -30,6 +30,8 @@ ANNOTATION_ROLLOUT = "veri.rollout_id"  # rollout ids are free text: an annotati
 # The harness contract's credentials: only ever in the rollout's Secret, never in the pod spec.
 SECRET_ENV = (envs.OPENAI_API_KEY, envs.ANTHROPIC_API_KEY, envs.ANTHROPIC_AUTH_TOKEN)
 Egress = Literal["web", "none"]
+# A Harbor task's pod while its verifier runs (its label changed from its egress): no egress at all.
+OFFLINE = "offline"
 PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10")
 
 
@@ -125,8 +127,6 @@ def harness_env(launch: RolloutLaunch, secret: str) -> list[dict[str, Any]]:
 def job_manifest(launch: RolloutLaunch, name: str, pod: PodSettings, output: OutputVolume,
                  output_subpath: str, egress: Egress) -> dict[str, Any]:
     limits = launch.limits
-    labels = rollout_labels(pod, egress)
-    annotations = rollout_annotations(launch)
     scratch = f"{limits.tmpfs_mb}Mi"
     container = {
         "name": CONTAINER,
@@ -135,8 +135,8 @@ def job_manifest(launch: RolloutLaunch, name: str, pod: PodSettings, output: Out
         "workingDir": BUNDLE_MOUNT,
         "env": harness_env(launch, name),
         "resources": {  # requests = limits: the Guaranteed class, nothing overcommitted
-            "limits": {"cpu": _cpu(limits.cpus), "memory": f"{limits.memory_mb}Mi"},
-            "requests": {"cpu": _cpu(limits.cpus), "memory": f"{limits.memory_mb}Mi"},
+            "limits": {"cpu": cpu(limits.cpus), "memory": f"{limits.memory_mb}Mi"},
+            "requests": {"cpu": cpu(limits.cpus), "memory": f"{limits.memory_mb}Mi"},
         },
         "securityContext": {
             "runAsNonRoot": True, "runAsUser": HARNESS_UID, "runAsGroup": HARNESS_UID,
@@ -152,11 +152,7 @@ def job_manifest(launch: RolloutLaunch, name: str, pod: PodSettings, output: Out
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "runtimeClassName": pod.runtime_class,
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,  # no Service variables: the environment is the contract's
-        "terminationGracePeriodSeconds": 1,  # a killed rollout is over: nothing to wait for
+        **pod_basics(pod),
         "securityContext": {"runAsNonRoot": True, "runAsUser": HARNESS_UID, "runAsGroup": HARNESS_UID,
                             "fsGroup": HARNESS_UID, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [container],
@@ -167,19 +163,39 @@ def job_manifest(launch: RolloutLaunch, name: str, pod: PodSettings, output: Out
             output.volume(),
         ],
     }
+    return job_around(launch, name, pod, egress, spec, max(1, math.ceil(launch.timeout_s)))
+
+
+def pod_basics(pod: PodSettings) -> dict[str, Any]:
+    """The pod spec's fields every rollout pod shares: run once, gVisor, no API token, no Service variables."""
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "runtimeClassName": pod.runtime_class,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,  # no Service variables: the environment is the contract's
+        "terminationGracePeriodSeconds": 1,  # a killed rollout is over: nothing to wait for
+    }
     if pod.service_account:
         spec["serviceAccountName"] = pod.service_account
     if pod.node_selector:
         spec["nodeSelector"] = dict(pod.node_selector)
     if pod.host_aliases:
         spec["hostAliases"] = host_aliases(pod.host_aliases)
+    return spec
+
+
+def job_around(launch: RolloutLaunch, name: str, pod: PodSettings, egress: Egress, spec: dict[str, Any],
+               deadline_s: int) -> dict[str, Any]:
+    """The rollout's Job around its pod spec: run once, killed by the control plane past `deadline_s`."""
+    labels = rollout_labels(pod, egress)
+    annotations = rollout_annotations(launch)
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": pod.namespace, "labels": labels, "annotations": annotations},
         "spec": {
             "backoffLimit": 0,  # a rollout runs once: a failure is its result, not a retry
             "completions": 1, "parallelism": 1,
-            "activeDeadlineSeconds": max(1, math.ceil(launch.timeout_s)),
+            "activeDeadlineSeconds": deadline_s,
             "template": {"metadata": {"labels": labels, "annotations": annotations}, "spec": spec},
         },
     }
@@ -200,7 +216,8 @@ def network_policies(namespace: str, launcher_id: str, proxy_selector: dict[str,
     ways: no ingress at all; egress to the proxy's rollout port and DNS, and for `web` to public
     addresses (not the cluster's or other private ranges) and pods labelled `veri.web: "1"`. Policies
     add up, so each pod is selected by exactly one (its `veri.egress` label). Only a CNI that enforces
-    NetworkPolicy makes these real.
+    NetworkPolicy makes these real. A third, `offline`, allows nothing: a Harbor task's pod is moved to it
+    before its verifier runs (kubernetes/task_run.py).
 
     `outside_hosts`: the addresses of the host aliases (a stack outside the cluster): every pod may
     reach them on the proxy's port, `web` pods on any port (the stack's web fixture)."""
@@ -216,7 +233,8 @@ def network_policies(namespace: str, launcher_id: str, proxy_selector: dict[str,
            "ports": [{"protocol": "TCP", "port": 80}, {"protocol": "TCP", "port": 443}]}
     # In-cluster sites that stand for the web (the demo's webfixture) carry this label.
     web_sites = {"to": [{"podSelector": {"matchLabels": {LABEL_WEB_SITE: "1"}}}, *outside]}
-    rules: dict[Egress, list[dict[str, Any]]] = {"none": [to_proxy, dns], "web": [to_proxy, dns, web, web_sites]}
+    rules: dict[str, list[dict[str, Any]]] = {"none": [to_proxy, dns], "web": [to_proxy, dns, web, web_sites],
+                                              OFFLINE: []}
     launcher = label_value(launcher_id)
     return [
         {
@@ -236,5 +254,5 @@ def network_policies(namespace: str, launcher_id: str, proxy_selector: dict[str,
     ]
 
 
-def _cpu(cpus: float) -> str:
+def cpu(cpus: float) -> str:
     return f"{max(1, round(cpus * 1000))}m"
