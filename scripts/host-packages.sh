@@ -12,7 +12,7 @@
 #    else owns the system's packages).
 # A workstation or server with systemd is only checked. VERI_INSTALL_DOCKER is VERI_INSTALL_PACKAGES's old name.
 #
-# What uses it: make docker (docker.io, runsc, debootstrap, docker-compose), make venv (python3-venv: python3 -m
+# What uses it: make docker (docker.io, runsc, debootstrap, docker-compose, patchelf), make venv (python3-venv: python3 -m
 # venv needs ensurepip), make vendor (python3-pip: vendor-wheels.sh's pip download; npm: vendor-npm.sh's npm pack),
 # make test's Kubernetes build (dpkg-dev: dpkg-source; patch). A minimal Debian 12 with python3 has none of them.
 

@@ -63,6 +63,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
+# patchelf: a Harbor task's runtime tree (/veri/rt) is rewritten with it on this host
+# (launcher/task_runtime/runtime.py). Only Harbor tasks need it: where apt may not run, a note, not a stop.
+if ! command -v patchelf >/dev/null; then
+  if may_install; then
+    apt_install "make docker" patchelf || exit 1
+  else
+    echo "make docker: patchelf is missing, which Harbor tasks need (sudo apt-get install patchelf)" >&2
+  fi
+fi
+
 # Register runsc and live-restore (merge: other keys and runtimes are kept).
 runsc_path=$(command -v runsc)
 want=$(python3 - "$DAEMON_JSON" "$runsc_path" <<'PY'

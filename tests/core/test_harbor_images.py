@@ -1,7 +1,7 @@
 """`veri validate` on a Harbor dataset names, before any rollout, each task whose FROM cannot be had offline
-(not on this machine, not mapped by the job's `image_map:` to an image that is), with the fix; and refuses
-the kubernetes backend (only the docker backend runs a task's image and its verifier). The daemon's image
-list is the outside world here: a set of names stands in for it."""
+(not on this machine, not mapped by the job's `image_map:` to an image that is), with the fix; and, on the
+kubernetes backend, notes what its nodes need. The daemon's image list is the outside world here: a set of
+names stands in for it."""
 
 from __future__ import annotations
 

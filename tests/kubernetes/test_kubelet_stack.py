@@ -3,7 +3,10 @@ VERI_LAUNCHER_BACKEND=kubernetes (compose.kubernetes.yaml: the stack's launcher 
 per rollout, gVisor RuntimeClass -> runsc, through the tier's kubeconfig), then `veri run-harness
 --sandbox launcher` of the URL bundle and `make train` two steps on the tiny model, asynchronously
 (max_staleness 1: the docker stack's tests train synchronously; the launcher backend is the same for
-both, what async adds is groups started across step boundaries and cancelled at the end).
+both, what async adds is groups started across step boundaries and cancelled at the end). And a Harbor
+task, both ways: each rollout in the task's own image on the node, then its hidden tests by the verifier
+(the launcher container has no Docker: the image's config comes with the launch, the tests from the
+staged copy it mounts).
 
 How the pods reach the stack: with no CNI the kubelet (dockershim) puts each pod in Docker's default
 bridge, so the host is their gateway (VERI_K8S_STACK_ADDRESS); the proxy's rollout port and the web
@@ -28,7 +31,7 @@ import yaml
 from testkit.demo import answer_rule, fetch_rule, tool_call
 from testkit.kubernetes_cluster import KUBELET_NODE, KubeCluster, fresh_namespace, pod_network_gateway, wait_for
 from testkit.servers import free_port
-from tests.stack.conftest import DATASET, OPENAI_TASK, Stack, dataset_row
+from tests.stack.conftest import DATASET, HARBOR_RULE, OPENAI_TASK, Stack, dataset_row
 from veri.core.rollout_record import RolloutRecord
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # make up / make train may rebuild veri/runtime
@@ -36,6 +39,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # make up / make tra
 REPO = Path(__file__).resolve().parents[2]
 # 2 steps x 4 rollouts (one scripted URL task, one free task), max_staleness 1
 JOB = "tests/kubernetes/train_job_async/job.yaml"
+# 2 steps x 2 rollouts of one CPU-demo task, answered with its solution (HARBOR_RULE), scored by its tests
+HARBOR_JOB = "tests/stack/harbor_job/job.yaml"
+HARBOR_TASK = "config/data/harbor_cpu/train/write-word-apple"
 ROLLOUT_LABEL = "veri.sandbox=1"
 
 
@@ -93,6 +99,7 @@ def kubelet_stack(k8s_kubelet_cluster: KubeCluster, tmp_path_factory: pytest.Tem
     rows = [json.loads(line) for line in DATASET.read_text().splitlines()]
     rules = [answer_rule(row) for row in rows]  # answer rules first: the page is the last turn then
     rules += [fetch_rule(row, tool_call("fetch_url", {"url": row["url"]})) for row in rows]
+    rules.append(HARBOR_RULE)
     (state / "jobs").mkdir()  # the policy sees only the state folder's jobs/ (read-only)
     (state / "jobs" / "script.json").write_text(json.dumps(rules))
     address = pod_network_gateway()
@@ -173,4 +180,44 @@ def test_make_train_two_steps_on_the_kubelet(kubelet_stack, k8s_kubelet_cluster)
     # the launcher's Jobs ran on the kubelet's node (the namespace's events say so) and are gone, with
     # their pods and Secrets: the trained ones and those of the groups cancelled at the end
     assert len(pods_started(k8s_kubelet_cluster, namespace)) >= 8  # 2 steps x 4 (and run-harness's, if it ran)
+    assert gone(k8s_kubelet_cluster, namespace)
+
+
+def test_run_harness_on_a_harbor_task_through_the_launcher(kubelet_stack, k8s_kubelet_cluster, tmp_path):
+    """`veri run-harness --task-dir --sandbox launcher`: built and staged on the host, run by the stack's
+    launcher in the task's image on the node, each rollout's reward from the task's tests."""
+    stack, namespace = kubelet_stack
+    done = stack.veri("run-harness", "--bundle", "harness-bundles/harbor_bash", "--task-dir", HARBOR_TASK, "-n", "2",
+                      "--out", str(tmp_path), "--sandbox", "launcher", "--no-up", "--max-turns", "2",
+                      "--image-map", "python:3.11-slim=veri/os-base")
+    assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    assert done.stdout.count("verifier reward: 1") == 2, done.stdout
+    records = [RolloutRecord.model_validate_json(p.read_text()) for p in sorted((tmp_path / "task-0").glob("*.json"))]
+    assert len(records) == 2
+    for record in records:
+        assert record.status == "completed" and record.verifier is not None and record.verifier.reward == 1.0
+        assert "echo apple > /app/answer.txt" in str(record.spans[0].reply_message.get("content"))
+    assert gone(k8s_kubelet_cluster, namespace)
+
+
+def test_make_train_on_a_harbor_task_on_the_kubelet(kubelet_stack, k8s_kubelet_cluster):
+    """`make train` on a Harbor dataset with the kubernetes launcher: staged on the host, trained in the
+    trainer container, each rollout's reward of 1 from the task's tests run after the agent in its pod."""
+    stack, namespace = kubelet_stack
+    name = f"k8s-harbor-{os.getpid()}"
+    done = subprocess.run(["make", "--no-print-directory", "train", f"CONFIG={HARBOR_JOB}", f"NAME={name}"],
+                          cwd=REPO, env=stack.env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, f"{done.stdout[-5000:]}\n{done.stderr[-5000:]}"
+    job = stack.state / "jobs" / name
+    metrics = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [0, 1]
+    for line in metrics:
+        assert line["reward_fn/verifier/mean"] == 1.0 and line["verifier/verified"] == 2, line
+    records = sorted((job / "trajectories").rglob("rollout-*.json"))
+    assert len(records) == 4
+    for path in records:
+        record = RolloutRecord.model_validate_json(path.read_text())
+        assert record.status == "completed" and record.trainable, record.verdicts
+        assert record.verifier is not None and record.verifier.reward == 1.0, record.verifier
+        assert (path.with_suffix("") / "verifier" / "reward.txt").read_text().strip() == "1"
     assert gone(k8s_kubelet_cluster, namespace)

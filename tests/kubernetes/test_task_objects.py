@@ -102,3 +102,22 @@ def test_an_unprivileged_exec_drops_every_capability_in_its_workdir() -> None:
     check = exec_command(["sh", "-c", "test -e /ready"], env={}, pod_env=PodEnv(), privileged=False, workdir="/app")
     assert check == ["sh", "-c", 'cd "$0" && exec "$@"', "/app", "setpriv", "--bounding-set=-all", "--inh-caps=-all",
                      "sh", "-c", "test -e /ready"]
+
+
+def test_the_image_config_recorded_at_the_jobs_start_needs_no_docker_or_registry(monkeypatch) -> None:
+    """The stack's launcher container on Kubernetes has neither: the launch's image_config (read where `veri
+    tasks build` made the image) is what the agent's and the verifier's execs run with."""
+    from veri.core.launch import TaskImageConfig
+    from veri.services.launcher.kubernetes import task_image
+
+    def no_docker(image: str) -> dict:
+        raise AssertionError(f"read {image} from Docker although the launch carries its config")
+
+    monkeypatch.setattr(task_image, "_docker_config", no_docker)
+    config = TaskImageConfig.of({"WorkingDir": "/app", "User": "1000:1000", "Env": ["PATH=/opt/bin:/usr/bin", "X"]})
+    assert config == TaskImageConfig(workdir="/app", user="1000", path="/opt/bin:/usr/bin")
+    images = task_image.TaskImages(registry=None)
+    environment = launch(image_config=config).task_env
+    assert images.of(environment) == task_image.TaskImage(workdir="/app", path="/opt/bin:/usr/bin", user="1000")
+    # the task's own workdir wins over the image's, as on the docker backend
+    assert images.of(launch(image_config=config, workdir="/srv").task_env).workdir == "/srv"

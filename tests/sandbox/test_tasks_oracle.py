@@ -85,6 +85,11 @@ def test_a_prebuilt_docker_image_is_used_as_is_never_pulled(docker_client, tmp_p
     if image == "veri/os-base":
         prepared = prepare_tasks([task], tmp_path / "no-vendor", client=docker_client, log=lambda line: None)
         assert prepared[str(task.resolve())]["image"] == "veri/os-base"
+        # its own WORKDIR, USER and PATH, read here for a launcher that cannot inspect it (the stack's on k8s)
+        config = docker_client.images.get("veri/os-base").attrs["Config"]
+        path = dict(item.split("=", 1) for item in config.get("Env") or []).get("PATH")
+        assert prepared[str(task.resolve())]["image_config"] == {
+            "workdir": config["WorkingDir"] or None, "user": (config["User"] or "").split(":")[0] or None, "path": path}
     else:
         with pytest.raises(TaskBuildError, match="is not on this machine .rollouts pull nothing.: `docker pull"):
             prepare_tasks([task], tmp_path / "no-vendor", client=docker_client, log=lambda line: None)

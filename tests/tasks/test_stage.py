@@ -19,6 +19,7 @@ from veri.tools.tasks.stage import StageError, stage_for_launcher, write_staged
 
 DEMO = Path(__file__).resolve().parents[2] / "config/data/harbor_cpu/train/copy-apple-to-violet"
 COMMAND = ["/veri/rt/bin/python3", "/veri/rt/harness/agent.py"]
+IMAGE_CONFIG = {"workdir": "/app", "user": None, "path": "/usr/local/bin:/usr/bin:/bin"}  # as prepare_tasks reads it
 
 
 @pytest.fixture
@@ -30,7 +31,7 @@ def checkout(tmp_path: Path) -> Path:
 
 def prepared(task: Path, build: Path) -> dict:
     return {str(task): {"image": "veri/task-x:1", "runtime_tree": str(build / "runtime" / "abc"),
-                        "tools_dir": None, "harness_command": COMMAND}}
+                        "tools_dir": None, "harness_command": COMMAND, "image_config": IMAGE_CONFIG}}
 
 
 def test_tests_and_solution_are_copied_into_the_build_folder_once_per_content(checkout: Path, tmp_path: Path):
@@ -72,6 +73,10 @@ def test_the_staged_file_is_keyed_as_the_trainer_containers_checkout_sees_it(che
     env = task_env_for({"harbor_task": row_folder}, loaded)
     assert env is not None and env.tests_dir == loaded[row_folder]["tests_dir"]  # the staged copy, not /work's
     assert env.image == "veri/task-x:1" and env.harness_command == COMMAND
+    # the image's own config travels with the launch: the stack's launcher container cannot inspect the image
+    assert env.image_config is not None and env.image_config.model_dump() == IMAGE_CONFIG
+    older = {folder: {k: v for k, v in entry.items() if k != "image_config"} for folder, entry in loaded.items()}
+    assert task_env_for({"harbor_task": row_folder}, older).image_config is None  # the launcher reads the image
 
     with pytest.raises(StageError, match="outside the checkout"):
         write_staged(stage_for_launcher(prepared(task, build), build), out, tmp_path / "elsewhere")

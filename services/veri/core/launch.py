@@ -5,7 +5,7 @@ else about sandboxes leaks out of services/veri/services/launcher/."""
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -49,6 +49,25 @@ class TaskHealthcheck(BaseModel):
     retries: int = Field(default=3, ge=1)
 
 
+class TaskImageConfig(BaseModel):
+    """What the agent's and the verifier's execs need from the task image's own config, read where the image
+    was built (`veri tasks build` on the host): a launcher that cannot inspect the image (the kubernetes
+    backend with no registry and no Docker, the stack's launcher container) takes it from here."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    workdir: str | None = Field(default=None, description="the image's WORKDIR")
+    user: str | None = Field(default=None, description="the image's USER (its user part)")
+    path: str | None = Field(default=None, description="the image's PATH")
+
+    @classmethod
+    def of(cls, config: dict[str, Any]) -> TaskImageConfig:
+        """From docker inspect's `Config` (or a registry config blob's `config`)."""
+        env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
+        user = (config.get("User") or "").split(":", 1)[0] or None
+        return cls(workdir=str(config.get("WorkingDir") or "") or None, user=user, path=env.get("PATH"))
+
+
 class TaskEnvironment(BaseModel):
     """A Harbor task's own environment: the rollout runs in the task's image and its hidden tests are run
     after the agent by a verifier the agent cannot reach (docs/security.md, "Harbor tasks"). Built by the
@@ -82,6 +101,8 @@ class TaskEnvironment(BaseModel):
     healthcheck: TaskHealthcheck | None = None
     runtime_tree: str | None = Field(default=None, description="host folder mounted read-only at /veri/rt")
     tools_dir: str | None = Field(default=None, description="host folder of the verifier tools, at /veri/tools")
+    image_config: TaskImageConfig | None = Field(default=None, description="the image's WORKDIR, USER and PATH as "
+                                                 "built (None: the launcher reads the image)")
 
     @field_validator("agent_user", "verifier_user", mode="before")
     @classmethod
@@ -115,11 +136,12 @@ class TaskEnvironment(BaseModel):
 
 def task_environment(task: HarborTask, *, image: str, agent: AgentKind = "harness",
                      harness_command: list[str] | None = None, runtime_tree: str | None = None,
-                     tools_dir: str | None = None) -> TaskEnvironment:
+                     tools_dir: str | None = None, image_config: TaskImageConfig | None = None) -> TaskEnvironment:
     """A loaded task (core/harbor_task.py `load_task`, already passed by `check_task`) as the launch's
     `task_env`. `image`: the task's image as `veri tasks build` tagged it; `agent`: harness (the bundle's
     `harness_command`, from its `runtime_tree`), oracle (the task's solution/solve.sh) or nop;
-    `tools_dir`: the vendored verifier tools. Paths as the launcher sees them."""
+    `tools_dir`: the vendored verifier tools; `image_config`: the image's own, as built. Paths as the launcher
+    sees them."""
     config, environment = task.config, task.config.environment
     check = environment.healthcheck
     modes: dict[HarborNetwork, NetworkMode] = {HarborNetwork.PUBLIC: "public", HarborNetwork.NO_NETWORK: "no-network",
@@ -143,7 +165,7 @@ def task_environment(task: HarborTask, *, image: str, agent: AgentKind = "harnes
         healthcheck=None if check is None else TaskHealthcheck(
             command=check.command, interval_s=check.interval_sec, timeout_s=check.timeout_sec,
             start_period_s=check.start_period_sec, start_interval_s=check.start_interval_sec, retries=check.retries),
-        runtime_tree=runtime_tree, tools_dir=tools_dir,
+        runtime_tree=runtime_tree, tools_dir=tools_dir, image_config=image_config,
     )
 
 

@@ -37,9 +37,9 @@ def backend_notes(folders: list[tuple[str, Path]]) -> list[str]:
     if not folders or os.environ.get(BACKEND_VARIABLE, "docker") != "kubernetes":
         return []
     return [f"{folders[0][0]}: the launcher is kubernetes ({BACKEND_VARIABLE}): each task runs in its image on a "
-            "node, which must have it (its Docker: `veri tasks build` there) or pull it from the launcher's "
-            "--registry; the launcher reads the image's config from that registry, else from a Docker it reaches; "
-            "the runtime tree and verifier tools are hostPath volumes at the launcher's path of build/tasks"]
+            "node, which must have it (its Docker: `veri tasks build` there; a node on this host has what `make "
+            "train` builds) or pull it from the launcher's --registry; the runtime tree and verifier tools are "
+            "hostPath volumes at this host's path of build/tasks, so a node elsewhere needs that folder there"]
 
 
 def missing_bases(folders: list[tuple[str, Path]], image_map: dict[str, str], has_image: Any) -> list[Problem]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from veri.core.harbor_task import TASK_DIR_COLUMN, HarborTask, load_task
-from veri.core.launch import TaskEnvironment, task_environment
+from veri.core.launch import TaskEnvironment, TaskImageConfig, task_environment
 from veri.loop.collect.errors import StackError
 
 # The staged file (`veri tasks stage`, tools/tasks/stage.py writes it): {"version", "tasks": {folder relative
@@ -40,6 +40,11 @@ def load_staged(path: Path, checkout: Path | None = None) -> dict[str, dict[str,
     return {str((root / folder).resolve()): dict(entry) for folder, entry in staged["tasks"].items()}
 
 
+def _image_config(prepared: Mapping[str, Any]) -> TaskImageConfig | None:
+    found = prepared.get("image_config")  # absent from a file staged before it was recorded
+    return None if found is None else TaskImageConfig.model_validate(found)
+
+
 @functools.lru_cache(maxsize=4096)
 def _task(folder: str) -> HarborTask:
     return load_task(Path(folder))
@@ -58,6 +63,7 @@ def task_env_for(row: Mapping[str, Any], harbor_tasks: Mapping[str, Mapping[str,
                                     "dataset.harbor, or the job was started without them")
     env = task_environment(_task(str(folder)), image=prepared["image"], agent="harness",
                            harness_command=list(prepared["harness_command"]),
-                           runtime_tree=prepared.get("runtime_tree"), tools_dir=prepared.get("tools_dir"))
+                           runtime_tree=prepared.get("runtime_tree"), tools_dir=prepared.get("tools_dir"),
+                           image_config=_image_config(prepared))
     # staged for the stack's launcher: its copy of tests/, where that container reads it
     return env.model_copy(update={"tests_dir": prepared["tests_dir"]}) if prepared.get("tests_dir") else env

@@ -27,7 +27,7 @@ from docker.types import LogConfig, Mount, Ulimit
 
 from veri.core import egress, envs
 from veri.core.harness import OUTPUT_MOUNT
-from veri.core.launch import LaunchResult, RolloutLaunch, TaskEnvironment, VerifierResult
+from veri.core.launch import LaunchResult, RolloutLaunch, TaskEnvironment, TaskImageConfig, VerifierResult
 from veri.core.rules import VerifierError
 from veri.services.launcher import task_sandbox, task_steps
 from veri.services.launcher.docker_exec import PrivilegedExec
@@ -93,12 +93,15 @@ async def run_task(backend: DockerBackend, launch: RolloutLaunch, output_dir: Pa
 # --- the sandbox (blocking) ------------------------------------------------------------------------
 
 def _task_image(client: Any, task: TaskEnvironment) -> TaskImage:
+    """The image's config as the job's start read it, else from this Docker (a launch made by hand)."""
+    if task.image_config is not None:
+        return TaskImage.of(task, task.image_config)
     try:
         config = client.images.get(task.image).attrs.get("Config") or {}
     except ImageNotFound:
         raise ImageProblem(f"the task's image {task.image!r} is not on this machine: build it with "
                            "`veri tasks build TASK_DIR` (or map its FROM with --image-map)") from None
-    return TaskImage.of(task, config)
+    return TaskImage.of(task, TaskImageConfig.of(config))
 
 
 def _bundle_egress(backend: DockerBackend, image: str, agent: str) -> egress.Egress:

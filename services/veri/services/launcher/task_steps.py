@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from veri.core.episodes import RolloutStatus
-from veri.core.launch import LaunchResult, RolloutLaunch, TaskEnvironment, TaskHealthcheck, VerifierResult
+from veri.core.launch import (
+    LaunchResult,
+    RolloutLaunch,
+    TaskEnvironment,
+    TaskHealthcheck,
+    TaskImageConfig,
+    VerifierResult,
+)
 from veri.core.rules import VerifierError
 from veri.services.launcher import task_sandbox, verifier
 from veri.services.launcher.docker_exec import ExecOutput
@@ -59,11 +66,9 @@ class TaskImage:
     user: str | None  # the image's USER (its user part), the agent's and the verifier's when the task names none
 
     @classmethod
-    def of(cls, task: TaskEnvironment, config: dict[str, Any]) -> TaskImage:
-        """From the image's config (docker inspect's `Config`, a registry's config blob's `config`)."""
-        env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
-        user = (config.get("User") or "").split(":", 1)[0] or None
-        return cls(workdir=task.workdir or config.get("WorkingDir") or "/", path=env.get("PATH"), user=user)
+    def of(cls, task: TaskEnvironment, config: TaskImageConfig) -> TaskImage:
+        """The task's own workdir over the image's."""
+        return cls(workdir=task.workdir or config.workdir or "/", path=config.path, user=config.user)
 
 
 @dataclass

@@ -137,7 +137,7 @@ def _register_run(commands: argparse._SubParsersAction) -> None:
     source.add_argument("--dataset", type=Path, help="JSONL dataset; pick the row with --index")
     source.add_argument("--task-dir", type=Path, help="a Harbor task folder: the harness runs in the task's own "
                         "image (built offline, cached; the bundle's runtime tree mounted at /veri/rt), then the "
-                        "task's tests score each rollout (docs/harbor-tasks.md); needs --sandbox docker")
+                        "task's tests score each rollout (docs/harbor-tasks.md); --sandbox docker or launcher")
     command.add_argument("--index", type=int, default=0, help="with --dataset: the row (0-based)")
     command.add_argument("-n", type=int, default=1, help="rollouts to run (one GRPO group)")
     command.add_argument("--out", type=Path, default=None, help="where rollout records go")

@@ -120,21 +120,24 @@ def run(options: RunOptions) -> list[CollectedRollout]:
 
 def harbor_tasks(options: RunOptions, image: str, entrypoint: list[str]) -> dict[str, dict[str, Any]]:
     """--task-dir: the task's image built (cached), the bundle image's runtime tree and the verifier's tools
-    (tools/tasks/prepare.py); nothing otherwise."""
+    (tools/tasks/prepare.py); for the stack's launcher, its tests/ staged where that container reads them
+    (tools/tasks/stage.py, as `make train` does). Nothing without --task-dir."""
     if options.task_dir is None:
         return {}
-    if options.sandbox != "docker":
-        raise RunHarnessError(f"--task-dir runs the harness in the task's own image, which only the docker backend "
-                              f"does: use --sandbox docker (not {options.sandbox})")
+    if options.sandbox == "local":
+        raise RunHarnessError("--task-dir runs the harness in the task's own image, which a local subprocess has "
+                              "not: use --sandbox docker (or launcher, the stack's)")
     from veri.services.launcher.task_runtime.layout import default_vendor_dir
     from veri.services.launcher.task_runtime.runtime import RuntimeTreeError
     from veri.tools.tasks.build import TaskBuildError
     from veri.tools.tasks.prepare import prepare_tasks
+    from veri.tools.tasks.stage import StageError, stage_for_launcher
 
     try:
-        return prepare_tasks([options.task_dir], options.vendor or default_vendor_dir(), image_map=options.image_map,
-                             runtime_image=image, entrypoint=entrypoint)
-    except (TaskBuildError, RuntimeTreeError) as error:
+        prepared = prepare_tasks([options.task_dir], options.vendor or default_vendor_dir(),
+                                 image_map=options.image_map, runtime_image=image, entrypoint=entrypoint)
+        return stage_for_launcher(prepared) if options.sandbox == "launcher" else prepared
+    except (TaskBuildError, RuntimeTreeError, StageError) as error:
         raise RunHarnessError(str(error)) from None
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from veri.core import envs
 from veri.core.harbor_task import check_task, load_task
-from veri.core.launch import AgentKind, GroupLaunch, LaunchResult, RolloutLaunch, task_environment
+from veri.core.launch import AgentKind, GroupLaunch, LaunchResult, RolloutLaunch, TaskImageConfig, task_environment
 from veri.core.problems import ProblemsError
 from veri.core.rules import VerifierError
 from veri.services.launcher.docker_backend import DEFAULT_NETWORK, DockerBackend, ensure_rollouts_network
@@ -89,7 +89,8 @@ def run_oracle(prepared: dict[str, dict[str, Any]], *, agent: AgentKind, max_par
         rollout_id = f"{agent}-{index}-{Path(folder).name}"[:60]
         names[rollout_id] = folder
         env = task_environment(task, image=str(paths["image"]), agent=agent, runtime_tree=paths["runtime_tree"],
-                               tools_dir=paths["tools_dir"])
+                               tools_dir=paths["tools_dir"],
+                               image_config=TaskImageConfig.model_validate(paths["image_config"]))
         launches.append(RolloutLaunch(
             rollout_id=rollout_id, image=str(paths["image"]), task_env=env,
             env={"VERI_ROLLOUT_ID": rollout_id, "VERI_TASK": json.dumps({"task": task.name})},

@@ -1,8 +1,10 @@
 """What a Harbor task's rollouts need before the first one starts, resolved once (at a command's or a job's
 start): each task's image (`veri tasks build`, cached by its content hash), the verifier's tools
 (/veri/tools, when vendored) and a bundle image's runtime tree (/veri/rt). Handed down as a plain mapping
-{task folder (resolved): {"image", "tools_dir", "runtime_tree", "harness_command"}}, so the tiers below
-import nothing from tools/."""
+{task folder (resolved): {"image", "image_config", "tools_dir", "runtime_tree", "harness_command"}}, so the
+tiers below import nothing from tools/. `image_config` (core/launch.py TaskImageConfig) is the image's own
+WORKDIR, USER and PATH, read here where the image is: a launcher with no Docker (the stack's on Kubernetes)
+cannot read it."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Any
 import docker
 
 from veri.core.harbor_task import DOCKERFILE, load_task
+from veri.core.launch import TaskImageConfig
 from veri.core.problems import ProblemsError
 from veri.services.launcher.task_runtime.runtime import harness_command, runtime_tree
 from veri.services.launcher.task_runtime.verifier_tools import VerifierToolsError, verifier_tools
@@ -62,5 +65,11 @@ def prepare_tasks(tasks: list[Path], vendor: Path, *, image_map: dict[str, str] 
         tools = None
     tree = str(runtime_tree(runtime_image, client=client, log=log)) if runtime_image else None
     command = harness_command(entrypoint) if entrypoint else []
-    return {str(task.resolve()): {"image": tag, "tools_dir": tools, "runtime_tree": tree, "harness_command": command}
+    return {str(task.resolve()): {"image": tag, "image_config": _image_config(tag, client), "tools_dir": tools,
+                                  "runtime_tree": tree, "harness_command": command}
             for task, tag in tags.items()}
+
+
+def _image_config(image: str, client: Any) -> dict[str, Any]:
+    config = client.images.get(image).attrs.get("Config") or {}
+    return TaskImageConfig.of(config).model_dump()

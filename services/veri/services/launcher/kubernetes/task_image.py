@@ -1,8 +1,9 @@
 """A task image's WORKDIR, PATH and USER (task_steps.TaskImage), which the agent's and the verifier's execs
-need and the pod cannot tell (it runs as root). Read from the registry the nodes pull from (`--registry`),
-else from this machine's Docker: the images already on a node that is this host (a one-node cluster on
-the host's Docker, the kubelet tier), where `veri tasks build` left them. Once per image (tags are
-content hashes, or a mapped base the job does not change).
+need and the pod cannot tell (it runs as root). The launch carries them when the job's start built the image
+(TaskEnvironment.image_config: the stack's launcher container has no Docker). Otherwise read from the
+registry the nodes pull from (`--registry`), else from this machine's Docker: the images already on a node
+that is this host (a one-node cluster on the host's Docker, the kubelet tier), where `veri tasks build` left
+them. Once per image (tags are content hashes, or a mapped base the job does not change).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from veri.core.launch import TaskEnvironment
+from veri.core.launch import TaskEnvironment, TaskImageConfig
 from veri.services.launcher.errors import ImageProblem
 from veri.services.launcher.kubernetes.image_egress import registry_config
 from veri.services.launcher.task_steps import TaskImage
@@ -25,6 +26,8 @@ class TaskImages:
 
     def of(self, task: TaskEnvironment) -> TaskImage:
         """Blocking (the backend's pool). Raises ImageProblem, naming the fix, when the config cannot be read."""
+        if task.image_config is not None:  # read where the job's start built the image
+            return TaskImage.of(task, task.image_config)
         with self._lock:
             config = self._configs.get(task.image)
         if config is None:
@@ -32,7 +35,7 @@ class TaskImages:
                 else _docker_config(task.image)
             with self._lock:
                 self._configs[task.image] = config
-        return TaskImage.of(task, config)
+        return TaskImage.of(task, TaskImageConfig.of(config))
 
 
 def _docker_config(image: str) -> dict[str, Any]:
