@@ -116,3 +116,64 @@ def run_bundle(name: str, *, proxy: RunningServer, session: SessionInfo, row: di
         process.communicate()
         raise
     return BundleRun(process.returncode, stdout, stderr, output_dir)
+
+
+# Harbor tasks on Claude Code (harness-bundles/harbor_claude): the scripted policy makes Claude Code hand the task
+# to a sub-agent whose Bash command does it. tests/demo runs it on a stand-in WORKDIR, the stack in the task's image.
+HARBOR_TASK = REPO / "config/data/harbor_cpu/train/write-word-apple"  # its instruction: /app/answer.txt, `apple`
+COMMAND_DONE = "WROTE-THE-ANSWER"  # what the sub-agent's command prints: its output is its next last user turn
+SUB_AGENT_REPORT = "Sub-agent report"  # the sub-agent's answer, which comes back in the main agent's tool result
+# Not matched by sub_agent_rules' brief rule when these rules come first in a script that has both.
+HARBOR_SUB_AGENT_BRIEF = f"{SUB_AGENT_BRIEF} for the Harbor task"
+
+
+def harbor_sub_agent_rules(instruction_snippet: str, command: str) -> list[dict]:
+    """Claude Code on a Harbor task whose instruction holds `instruction_snippet` starts a sub-agent with its
+    Agent tool (in the foreground); the sub-agent runs `command` with Bash (it must print COMMAND_DONE) and
+    reports; the main agent answers once that report is its tool result. First match wins, on the last user
+    turn, so the order is the reverse of the run's: the report rule first (a tool result quoting more of the
+    sub-agent's turns still ends the main agent), and neither the brief nor the report holds COMMAND_DONE.
+    In a script with other rules, put these first: the URL sub-agent's brief does not hold this one's. Where
+    harbor_bash runs the same task on the same script, pass a snippet only Claude Code's first turn holds:
+    its turn is `<system-reminder>...</system-reminder>` then the instruction, so
+    "</system-reminder>\n\n" + the instruction's text."""
+    if COMMAND_DONE not in command:
+        raise ValueError(f"the command must print {COMMAND_DONE} (the sub-agent's report rule matches it)")
+    brief = f"{HARBOR_SUB_AGENT_BRIEF}: do the task in the working directory with one Bash command, then report."
+    agent = {"description": "Do the task", "subagent_type": "general-purpose", "run_in_background": False,
+             "prompt": brief}
+    return [{"if_last_user_turn_contains": SUB_AGENT_REPORT, "reply": "Done: the sub-agent did the task."},
+            {"if_last_user_turn_contains": COMMAND_DONE, "reply": f"{SUB_AGENT_REPORT}: the command did the task."},
+            {"if_last_user_turn_contains": HARBOR_SUB_AGENT_BRIEF,
+             "reply": tool_call("Bash", {"command": command, "description": "Do the task"})},
+            {"if_last_user_turn_contains": instruction_snippet, "reply": tool_call("Agent", agent)}]
+
+
+def run_in_workdir(name: str, *, proxy: RunningServer, session: SessionInfo, row: dict, workdir: Path,
+                   tmp_path: Path, max_turns: int = 4, timeout_s: float = 300) -> BundleRun:
+    """Run a Harbor-task bundle's entrypoint once as a local subprocess, the way the launcher runs it in a
+    task's image: from the task's working directory (`workdir` stands in for its WORKDIR), the bundle's files
+    named by their path (/veri/rt/harness/... there), `python` and the image's CLI on PATH."""
+    bundle = BUNDLES / name
+    manifest = load_manifest(bundle)
+    output_dir = tmp_path / "output"
+    home = tmp_path / "home"
+    home.mkdir()
+    env = rollout_env(
+        proxy_base_url=proxy.url, rollout_id=session.rollout_id, api_key=session.api_key, model="policy", task=row,
+        task_index=0, rollout_index=0, max_turns=max_turns, output_dir=str(output_dir),
+    )
+    path = [str(Path(sys.executable).parent), *image_bin(manifest.base_image, tmp_path), "/usr/local/bin", "/usr/bin",
+            "/bin"]
+    env.update(PATH=os.pathsep.join(path), HOME=str(home))
+    program, *args = manifest.entrypoint
+    command = [program, *(str(bundle / arg) if (bundle / arg).is_file() else arg for arg in args)]
+    process = subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # the harness and anything it started (claude)
+        process.communicate()
+        raise
+    return BundleRun(process.returncode, stdout, stderr, output_dir)
