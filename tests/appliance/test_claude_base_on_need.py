@@ -45,9 +45,9 @@ def test_make_images_leaves_it_out_and_make_test_builds_it():
 def test_the_base_target_of_each_shipped_bundle():
     bases = {bundle.name: load_manifest(bundle).base_image
              for bundle in sorted((REPO / "harness-bundles").iterdir()) if (bundle / "veri-harness.toml").is_file()}
-    assert bases["url_extract_claude"] == "veri/base-claude-agent"
-    assert BASE_IMAGE_TARGETS[bases["url_extract_claude"]] == "images-claude-agent"
-    others = {name: BASE_IMAGE_TARGETS[base] for name, base in bases.items() if name != "url_extract_claude"}
+    claude = {name for name, base in bases.items() if BASE_IMAGE_TARGETS[base] == "images-claude-agent"}
+    assert claude == {"url_extract_claude", "harbor_claude"}, claude  # the bundles that run Claude Code
+    others = {name: BASE_IMAGE_TARGETS[base] for name, base in bases.items() if name not in claude}
     assert set(others.values()) == {"images"}, others  # the CPU demo's url_extract_inline among them
 
 
