@@ -27,7 +27,8 @@ def hanging_group(prefix: str, image: str, size: int = 2) -> GroupLaunch:
 
 
 def sandboxes(docker_client, label: str, *, running: bool = False) -> list:
-    return docker_client.containers.list(all=not running, filters={"label": label})
+    # sparse: no inspect per container, which races the removal this file waits for (NotFound)
+    return docker_client.containers.list(all=not running, filters={"label": label}, sparse=True)
 
 
 async def wait_for(predicate, timeout_s: float, what: str) -> None:

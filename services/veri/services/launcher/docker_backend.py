@@ -489,7 +489,8 @@ class DockerBackend:
     def _remove_rollout(self, rollout_id: str) -> None:
         """Every container of this launcher for `rollout_id` (an earlier create whose answer was lost)."""
         labels = [f"{LABEL_LAUNCHER}={self.launcher_id}", f"{LABEL_ROLLOUT}={rollout_id}"]
-        for container in self.client.containers.list(all=True, filters={"label": labels}):
+        # sparse: no inspect per listed container, which raises NotFound for one removed meanwhile
+        for container in self.client.containers.list(all=True, filters={"label": labels}, sparse=True):
             self._remove(container)
 
     def _remove(self, container: Any) -> None:
