@@ -69,10 +69,11 @@ def pods_started(cluster: KubeCluster, namespace: str) -> set[str]:
 
 def gone(cluster: KubeCluster, namespace: str) -> bool:
     """The launcher deletes each Job with foreground propagation when its rollout ends; the control
-    plane's garbage collector then removes the pod, the Secret and the Job itself (seconds on a loaded
-    box): wait for that, as the backend's own tests do, instead of reading the instant the result came."""
+    plane's garbage collector then removes the pod, the Secret and the Job itself, once the kubelet has
+    torn the pod down (seconds on a quiet box, over a minute on CI's loaded one): wait for that, as the
+    backend's own tests do, instead of reading the instant the result came."""
     try:
-        wait_for("the rollouts' Jobs, pods and Secrets gone", lambda: not leftovers(cluster, namespace))
+        wait_for("the rollouts' Jobs, pods and Secrets gone", lambda: not leftovers(cluster, namespace), timeout=300)
     except TimeoutError as exc:
         raise AssertionError(f"{exc}: {leftovers(cluster, namespace)}") from None
     return True
@@ -210,11 +211,11 @@ def test_make_train_on_a_harbor_task_on_the_kubelet(kubelet_stack, k8s_kubelet_c
     assert done.returncode == 0, f"{done.stdout[-5000:]}\n{done.stderr[-5000:]}"
     job = stack.state / "jobs" / name
     metrics = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in metrics] == [0, 1]
+    assert [m["step"] for m in metrics] == [0]  # one step: the async job above syncs weights between steps
     for line in metrics:
         assert line["reward_fn/verifier/mean"] == 1.0 and line["verifier/verified"] == 2, line
     records = sorted((job / "trajectories").rglob("rollout-*.json"))
-    assert len(records) == 4
+    assert len(records) == 2
     for path in records:
         record = RolloutRecord.model_validate_json(path.read_text())
         assert record.status == "completed" and record.trainable, record.verdicts

@@ -47,6 +47,7 @@ from veri.services.policy.vllm import WORKER_EXTENSION
 from veri.services.proxy.control_client import ControlClient
 from veri.services.proxy.errors import InvalidRequest
 from veri.services.proxy.policy_client import PolicyClient
+from veri.tools.appliance.policy_compose import CPU_ENV, CPU_FLAGS
 from veri.tools.models.tiny import VLLM_CPU_HEAD_DIM, build_tiny_model
 
 IMAGE = f"{os.environ.get('IMAGE_PREFIX', 'veri')}/vllm-cpu"
@@ -94,11 +95,11 @@ def vllm_server(vllm_model: Path, weights_dir: Path) -> Iterator[SimpleNamespace
         unavailable(f"no Docker daemon ({exc}); run `make docker`")
     port = free_port()
     command = ["vllm", "serve", "/model", "--host", "0.0.0.0", "--port", "8000", "--max-model-len", "2048",
-               "--enforce-eager", "--dtype", "float32", *TRL_SERVER_FLAGS, "--worker-extension-cls", WORKER_EXTENSION]
+               *CPU_FLAGS, *TRL_SERVER_FLAGS, "--worker-extension-cls", WORKER_EXTENSION]
     volumes = {str(vllm_model): {"bind": "/model", "mode": "ro"}, str(weights_dir): {"bind": str(weights_dir),
                "mode": "ro"}, str(WORKER_FILE): {"bind": IMAGE_WORKER_FILE, "mode": "ro"}}
     container = client.containers.run(
-        IMAGE, command, detach=True, shm_size="1g", labels={LABEL: "vllm-cpu"},
+        IMAGE, command, detach=True, shm_size="1g", labels={LABEL: "vllm-cpu"}, environment=CPU_ENV,
         volumes=volumes, ports={"8000/tcp": ("127.0.0.1", port)},
     )
     url = f"http://127.0.0.1:{port}"

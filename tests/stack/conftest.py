@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from testkit.demo import COMMAND_DONE, answer_rule, fetch_rule, harbor_sub_agent_rules, sub_agent_rules, tool_call
+from testkit.demo import COMMAND_DONE, answer_rule, fetch_rule, harbor_sub_agent_rules, tool_call
 from testkit.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DATASET = REPO / "config" / "data" / "url_extract.jsonl"
 OPENAI_TASK, CLAUDE_TASK, CODEX_TASK = 5, 9, 13
-SUB_AGENT_TASK = 11  # Claude Code hands it to a sub-agent (tests/stack/claude_job/, test_train_claude.py)
 # The Harbor task of tests/stack/harbor_job/ (harbor_bash, on the kubelet stack: tests/kubernetes): its
 # instruction answered with its solution, in the agent's format (a ```bash block it runs in the task's sandbox).
 HARBOR_RULE = {"if_last_user_turn_contains": "containing exactly the word `apple`",
@@ -103,9 +102,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     # Every task: fetch the page, then answer. Answer rules first: the page is the last turn then.
     rules = list(HARBOR_CLAUDE_RULES)  # first: its sub-agent's brief and report hold no other rule's text
     rules += [answer_rule(row) for row in rows]
-    # The sub-agent task: its first turn starts an Agent, whose brief (also naming the page) fetches it. The
-    # rules match on the last user turn, first match wins: these before any other fetch rule of that page.
-    rules += sub_agent_rules(dataset_row(SUB_AGENT_TASK))
     rules.append(fetch_rule(claude_row, tool_call("Bash", {"command": f"curl -s {claude_row['url']}",
                                                             "description": "Fetch the page"})))
     codex_row = dataset_row(CODEX_TASK)

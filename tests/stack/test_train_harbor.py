@@ -4,7 +4,8 @@ task's image, the bundle's runtime tree (Claude Code among it) and the verifier'
 rollout in the task's own image under runsc, then the task's hidden tests, and the verifier's reward trains.
 The session stack's scripted policy (conftest.HARBOR_CLAUDE_RULES) makes Claude Code hand the task to a
 sub-agent whose Bash command does it: a reward of 1 can come only from the tests, and each rollout has two
-chains, both trained, every sampled token exactly once (as test_train_claude.py checks on a URL task)."""
+chains, both trained, every sampled token exactly once. (The Claude Code URL bundle runs through the stack in
+test_run_harness.py; its sub-agent's rows live in tests/demo/test_bundles.py and the replayed recordings.)"""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import subprocess
 import pytest
 
 from tests.stack.conftest import REPO
-from tests.stack.test_train_claude import assert_every_sampled_token_in_one_row
 from veri.archive import read_metrics
 from veri.core.episodes import RowKind
 from veri.core.rollout_record import RolloutRecord
@@ -63,3 +63,19 @@ def test_make_train_runs_claude_code_in_a_harbor_tasks_image_and_trains_every_br
             assert_every_sampled_token_in_one_row(record)
             account = record.tokens
             assert account.sampled == account.trained > 0 and account.dropped == {}, account.line()
+
+
+def assert_every_sampled_token_in_one_row(record: RolloutRecord) -> None:
+    """From the spans alone, not the token account: each span is in exactly one row, a row is its last
+    span's exact sequence, and its trained tokens are its spans' completions with the sampler's logprobs."""
+    spans = {span.request_index: span for span in record.spans}
+    episode = record.episode
+    rows = [(episode.chain, episode.row), *((branch.spans, branch.row) for branch in episode.branches)]
+    assert sorted(index for chain, _ in rows for index in chain) == sorted(spans)
+    for chain, row in rows:
+        first, last = spans[chain[0]], spans[chain[-1]]
+        assert row.prompt_ids == first.prompt_token_ids
+        assert row.prompt_ids + row.completion_ids == last.prompt_token_ids + last.completion_token_ids
+        trained = [i for i, mask in enumerate(row.env_mask) if mask]
+        assert [row.completion_ids[i] for i in trained] == [t for i in chain for t in spans[i].completion_token_ids]
+        assert [row.logprobs[i] for i in trained] == [lp for i in chain for lp in spans[i].completion_logprobs]

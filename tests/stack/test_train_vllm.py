@@ -187,7 +187,7 @@ def test_an_async_job_trains_within_the_bound_on_the_vllm_twin(tmp_path):
     assert done.returncode == 0, f"{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
     job = state / "jobs" / "async"
     metrics = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in metrics] == [0, 1, 2]
+    assert [m["step"] for m in metrics] == [0, 1]
     lags = []
     for line in metrics:
         assert line["staleness/max"] <= 1 and line["policy_version/stale_spans"] == 0, line

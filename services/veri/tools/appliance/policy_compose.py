@@ -31,9 +31,13 @@ POLICY_PORT = 8001
 TRL_SERVER_FLAGS = ("--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1")
 NCCL_FLAGS = ("--weight-transfer-config", '{"backend": "nccl"}')
 # The CPU twin: float32 like the trainer on CPU (served logprobs then match the trainer's), no CUDA
-# graphs; 1 GiB of KV cache per server (the 2-core CI box runs two of them next to the trainer).
+# graphs; 1 GiB of KV cache per server (the 2-core CI box runs two of them next to the trainer). No
+# torch.compile either (TORCHDYNAMO_DISABLE): vLLM's sampler compiles a logprob-rank helper with inductor
+# on the first request (C++ through g++), ~30 s of a 2-core box per server, while its first rollouts wait
+# (measured: the first 8 requests 27-33 s with it, 0.8 s without; later ones alike).
 CPU_FLAGS = ("--dtype", "float32", "--enforce-eager")
-CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+           "TORCHDYNAMO_DISABLE": "1"}
 # How long a vLLM server may take to answer /health before compose's health checks count: the engine's
 # start (torch.compile, CUDA graphs; the CPU twin on a shared 2-core box), a cold read of its weights,
 # and each further TP rank's worker, NCCL setup and graph capture. Then HEALTH_RETRIES x HEALTH_INTERVAL_S
